@@ -1,0 +1,239 @@
+"""The run configuration: frozen dataclasses loaded strictly from TOML.
+
+Every key is known: a misspelled key is an error naming its path and the closest valid key, a wrong type names
+the key, what was expected and what was given. `--set a.b=VALUE` overrides use TOML value syntax. The hash of the
+generation-relevant part decides whether a resume may continue a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    path: str = "data/sample_prompts.jsonl"
+    format: str = "auto"  # auto | jsonl | parquet | datasets | openai-batch
+    id_field: str = "id"
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    system_prompt: str = ""
+    keep_fields: tuple[str, ...] = ()
+    dedupe: bool = False
+    batch_rows: int = 1024
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    dir: str = "runs/demo"
+    shard_rows: int = 10000
+    row_group_rows: int = 512
+    sync_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    model: str = "default"
+    thinking: bool = True
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    min_p: float = 0.0
+    max_tokens: int = 32768
+    seed: int = 0
+    separate_reasoning: bool = True
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    max_attempts: int = 4
+    max_endpoint_failures: int = 8  # a prompt that takes this many endpoints down is rejected
+    request_timeout_s: float = 3600.0
+    connect_timeout_s: float = 10.0
+    stream: bool = False
+    stall_timeout_s: float = 120.0
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    drain_timeout_s: float = 30.0
+    queue_size: int = 0  # prompts buffered between reader and workers; 0 = 2x total concurrency
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    url: str = "http://127.0.0.1:30000"
+    concurrency: int = 64
+    api_key_env: str = ""
+    requests_per_second: float = 0.0
+    sim_args: tuple[str, ...] = ()  # for url = "sim": `regen sim` flags of the embedded simulator
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    require_answer: bool = True
+    require_reasoning: bool = True
+    reject_truncated: bool = True
+    reject_answer_in_reasoning: bool = True
+    min_answer_chars: int = 1
+    max_repetition: float = 0.0  # 0 = off; else reject when one n-gram covers this fraction of the text
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    command: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
+    env: dict[str, str] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 30000
+    log_file: str = ""
+    sglang_version: str = ""
+    ready_timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class Config:
+    input: InputConfig = field(default_factory=InputConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    endpoints: tuple[EndpointConfig, ...] = (EndpointConfig(url="sim"),)
+    expect: dict[str, Any] = field(default_factory=dict)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+    def generation_fingerprint(self) -> dict[str, Any]:
+        """What must not change between a run and its resume: the model, sampling and the validators."""
+        return {"generation": dataclasses.asdict(self.generation), "validate": dataclasses.asdict(self.validate)}
+
+    def generation_hash(self) -> str:
+        blob = orjson.dumps(self.generation_fingerprint(), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data. Secrets are never in a Config (only env var names)."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a TOML file (or start from defaults when `path` is None) and apply `--set` overrides."""
+    data: dict[str, Any] = {}
+    where = "<defaults>"
+    if path is not None:
+        where = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{where}: config file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: cannot read config: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    for item in overrides:
+        _apply_override(data, item)
+    return config_from_dict(data, where=where)
+
+
+def config_from_dict(data: dict[str, Any], where: str = "<config>") -> Config:
+    return typing.cast(Config, _build(Config, data, path="", where=where))
+
+
+def _apply_override(data: dict[str, Any], item: str) -> None:
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. generation.max_tokens=4096")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is taken as a string: --set output.dir=runs/x
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        if part == "endpoints":
+            raise ConfigError(f"--set {key}: endpoints are set with --endpoint URL")
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {part} is not a table")
+    node[parts[-1]] = value
+
+
+def _build(cls: type, data: Any, *, path: str, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {path or 'config'} must be a table, got {_tname(data)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        keypath = f"{path}.{key}" if path else key
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+            hint = f"; did you mean {_join(path, close[0])!r}?" if close else f"; valid keys: {', '.join(names)}"
+            raise ConfigError(f"{where}: unknown key {keypath!r}{hint}")
+        kwargs[key] = _coerce(hints[key], value, path=keypath, where=where)
+    return cls(**kwargs)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _coerce(tp: Any, value: Any, *, path: str, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(typing.cast(type, tp), value, path=path, where=where)
+    if origin is tuple:
+        (item_tp, _) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: {path} must be an array, got {_tname(value)}")
+        if dataclasses.is_dataclass(item_tp):
+            return tuple(_build(item_tp, v, path=f"{path}[{i}]", where=where) for i, v in enumerate(value))
+        return tuple(_coerce(item_tp, v, path=f"{path}[{i}]", where=where) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {path} must be a table, got {_tname(value)}")
+        _, val_tp = typing.get_args(tp)
+        if val_tp is str:
+            bad = [k for k, v in value.items() if not isinstance(v, str)]
+            if bad:
+                raise ConfigError(f"{where}: {path}.{bad[0]} must be a string")
+        return dict(value)
+    if origin in (types.UnionType, typing.Union):
+        return value
+    return _scalar(tp, value, path=path, where=where)
+
+
+def _scalar(tp: Any, value: Any, *, path: str, where: str) -> Any:
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is Any:
+        return value
+    if tp in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"{where}: {path} must be {tp.__name__}, got bool {value!r}")
+    if not isinstance(value, tp):
+        raise ConfigError(f"{where}: {path} must be {tp.__name__}, got {_tname(value)} {value!r}")
+    return value
+
+
+def _tname(value: Any) -> str:
+    return {dict: "table", list: "array"}.get(type(value), type(value).__name__)

@@ -1,0 +1,82 @@
+"""The one error tree of regen. Every class knows the exit code the CLI returns for it.
+
+    RegenError                      exit 1   base class
+    ├── ConfigError                 exit 2   bad config file, unknown key, wrong type, bad --set
+    ├── InputError                  exit 2   unreadable input, duplicate ids
+    ├── OutputError                 exit 2   RUN_DIR unwritable, disk full, config drift on resume
+    │   └── ConfigDriftError        exit 2   resume with a different generation config
+    ├── LockedError                 exit 4   another live process holds this worker's share of RUN_DIR
+    ├── EndpointError               exit 3   no usable endpoint
+    │   ├── PreflightError          exit 3   an endpoint is configured differently from [expect]
+    │   └── FatalEndpointError      exit 3   401/403/404-model: no retry will help
+    ├── RequestError                exit 1   one request failed (never escapes a run; decides retry)
+    │   ├── PermanentRequestError            400: the prompt itself is at fault (context length, params)
+    │   ├── RetryableRequestError            5xx, 503 queue full, timeouts, resets, invalid JSON
+    │   └── EndpointDownError                refused connection: the endpoint, not the prompt, is at fault
+    └── Interrupted                 exit 130 SIGINT/SIGTERM after a clean drain
+
+A bad completion is not an exception: it is data, a `Verdict` with a reason code.
+"""
+
+from __future__ import annotations
+
+
+class RegenError(Exception):
+    exit_code = 1
+
+
+class ConfigError(RegenError):
+    exit_code = 2
+
+
+class InputError(RegenError):
+    exit_code = 2
+
+
+class OutputError(RegenError):
+    exit_code = 2
+
+
+class ConfigDriftError(OutputError):
+    exit_code = 2
+
+
+class LockedError(RegenError):
+    exit_code = 4
+
+
+class EndpointError(RegenError):
+    exit_code = 3
+
+
+class PreflightError(EndpointError):
+    exit_code = 3
+
+
+class FatalEndpointError(EndpointError):
+    exit_code = 3
+
+
+class RequestError(RegenError):
+    """One request failed. `status` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class PermanentRequestError(RequestError):
+    pass
+
+
+class RetryableRequestError(RequestError):
+    pass
+
+
+class EndpointDownError(RequestError):
+    pass
+
+
+class Interrupted(RegenError):
+    exit_code = 130

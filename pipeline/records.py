@@ -1,0 +1,53 @@
+"""Value types that flow through a run: a Prompt in, a Completion back, a Verdict on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One input row, normalised. `source` names the file and row it came from ("file.jsonl:17")."""
+
+    id: str
+    messages: tuple[dict[str, str], ...]
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # keep_fields, already stringified
+
+
+@dataclass(frozen=True, slots=True)
+class BadInput:
+    """An input row that cannot become a Prompt. It lands in rejects with reason `bad_input`."""
+
+    id: str
+    source: str
+    detail: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What one endpoint answered for one request, already split into reasoning and answer."""
+
+    reasoning: str | None
+    answer: str
+    finish_reason: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    model: str = ""
+    endpoint: str = ""
+    latency_s: float = 0.0
+    seed: int = 0
+    spec_accept_length: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    reason: str | None = None
+    detail: str = ""
+
+
+ACCEPTED = Verdict(ok=True)

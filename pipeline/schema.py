@@ -1,0 +1,129 @@
+"""The one Arrow schema shared by every writer and reader of a RUN_DIR.
+
+Shards hold accepted rows; rejects hold the same columns plus `reason` and `detail`. The schema is explicit so a
+late `None` never fails a write after the GPU work is done. `keep_fields` columns are strings (non-string input
+values are JSON-encoded), so one input file with mixed types still writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from .records import BadInput, Completion, Prompt
+
+SCHEMA_VERSION = 1
+
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+
+BASE_FIELDS: list[pa.Field] = [
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("messages", pa.list_(MESSAGE_TYPE)),
+    pa.field("reasoning", pa.string()),
+    pa.field("answer", pa.string()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("prompt_tokens", pa.int32()),
+    pa.field("completion_tokens", pa.int32()),
+    pa.field("reasoning_tokens", pa.int32()),
+    pa.field("model", pa.string()),
+    pa.field("endpoint", pa.string()),
+    pa.field("attempts", pa.int16()),
+    pa.field("latency_s", pa.float32()),
+    pa.field("seed", pa.int64()),
+    pa.field("created_at", pa.timestamp("us", tz="UTC")),
+    pa.field("spec_accept_length", pa.float32()),
+]
+REJECT_FIELDS: list[pa.Field] = [pa.field("reason", pa.string()), pa.field("detail", pa.string())]
+
+# Reason codes in order of precedence (DESIGN.md section 5).
+REASONS: tuple[str, ...] = (
+    "bad_input",
+    "http_4xx",
+    "truncated",
+    "empty_response",
+    "answer_in_reasoning",
+    "empty_answer",
+    "empty_reasoning",
+    "degenerate_repetition",
+    "exhausted_retries",
+)
+
+
+def shard_schema(keep_fields: Sequence[str] = ()) -> pa.Schema:
+    extra = [pa.field(name, pa.string()) for name in keep_fields]
+    return pa.schema(BASE_FIELDS + extra, metadata={"regen_schema_version": str(SCHEMA_VERSION)})
+
+
+def reject_schema(keep_fields: Sequence[str] = ()) -> pa.Schema:
+    extra = [pa.field(name, pa.string()) for name in keep_fields]
+    return pa.schema(BASE_FIELDS + REJECT_FIELDS + extra, metadata={"regen_schema_version": str(SCHEMA_VERSION)})
+
+
+def stringify(value: Any) -> str | None:
+    """How a keep_field value is stored: strings as they are, everything else as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def accepted_row(prompt: Prompt, completion: Completion, attempts: int) -> dict[str, Any]:
+    """The shard row for an accepted completion; keys are schema column names."""
+    return {
+        "id": prompt.id,
+        "messages": list(prompt.messages),
+        "reasoning": completion.reasoning,
+        "answer": completion.answer,
+        "finish_reason": completion.finish_reason,
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "reasoning_tokens": completion.reasoning_tokens,
+        "model": completion.model,
+        "endpoint": completion.endpoint,
+        "attempts": attempts,
+        "latency_s": completion.latency_s,
+        "seed": completion.seed,
+        "created_at": _now_us(),
+        "spec_accept_length": completion.spec_accept_length,
+        **prompt.extra,
+    }
+
+
+def rejected_row(
+    prompt: Prompt, completion: Completion | None, attempts: int, reason: str, detail: str
+) -> dict[str, Any]:
+    """The reject row: the last completion seen (if any), plus why it was rejected."""
+    if completion is None:
+        row: dict[str, Any] = {"id": prompt.id, "messages": list(prompt.messages), "attempts": attempts}
+        row["created_at"] = _now_us()
+        row.update(prompt.extra)
+    else:
+        row = accepted_row(prompt, completion, attempts)
+    row["reason"] = reason
+    row["detail"] = detail
+    return row
+
+
+def bad_input_row(bad: BadInput) -> dict[str, Any]:
+    return {
+        "id": bad.id,
+        "attempts": 0,
+        "created_at": _now_us(),
+        "reason": "bad_input",
+        "detail": f"{bad.source}: {bad.detail}",
+        **bad.extra,
+    }
+
+
+def to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts keyed by column; missing keys are null) to a table of exactly `schema`."""
+    rows = list(rows)
+    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)

@@ -1,0 +1,45 @@
+"""Pure checks on a completion. A bad completion is data: a Verdict with a reason code, never an exception.
+
+Reason precedence (DESIGN.md section 5): truncated, empty_response, answer_in_reasoning, empty_answer,
+empty_reasoning, then the optional degenerate_repetition check.
+"""
+
+from __future__ import annotations
+
+from .config import ValidateConfig
+from .records import ACCEPTED, Completion, Verdict
+
+
+def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True) -> Verdict:
+    """Judge one completion. `thinking` is whether reasoning was asked for (generation.thinking)."""
+    answer = (completion.answer or "").strip()
+    reasoning = (completion.reasoning or "").strip()
+    if cfg.reject_truncated and completion.finish_reason == "length":
+        where = "inside reasoning" if not answer else "in the answer"
+        return Verdict(False, "truncated", f"finish_reason=length {where} after {completion.completion_tokens} tokens")
+    if not answer and not reasoning:
+        return Verdict(False, "empty_response", f"no answer and no reasoning (finish_reason={completion.finish_reason})")
+    if cfg.reject_answer_in_reasoning and not answer and reasoning and completion.finish_reason == "stop":
+        return Verdict(False, "answer_in_reasoning", f"answer empty, reasoning has {len(reasoning)} chars")
+    if cfg.require_answer and len(answer) < cfg.min_answer_chars:
+        return Verdict(False, "empty_answer", f"answer has {len(answer)} chars (< {cfg.min_answer_chars})")
+    if thinking and cfg.require_reasoning and not reasoning:
+        return Verdict(False, "empty_reasoning", "thinking was on but no reasoning came back")
+    if cfg.max_repetition > 0:
+        share = repetition_share(completion.answer + "\n" + (completion.reasoning or ""))
+        if share >= cfg.max_repetition:
+            return Verdict(False, "degenerate_repetition", f"one 8-word phrase covers {share:.0%} of the text")
+    return ACCEPTED
+
+
+def repetition_share(text: str, n: int = 8) -> float:
+    """Fraction of the text's words covered by its most frequent n-word phrase (1.0 = one phrase looping)."""
+    words = text.split()
+    if len(words) < n * 4:
+        return 0.0
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(0, len(words) - n + 1):
+        gram = tuple(words[i : i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+    top = max(counts.values())
+    return min(1.0, top * n / len(words)) if top > 1 else 0.0
