@@ -18,7 +18,9 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
         where = "inside reasoning" if not answer else "in the answer"
         return Verdict(False, "truncated", f"finish_reason=length {where} after {completion.completion_tokens} tokens")
     if not answer and not reasoning:
-        return Verdict(False, "empty_response", f"no answer and no reasoning (finish_reason={completion.finish_reason})")
+        return Verdict(
+            False, "empty_response", f"no answer and no reasoning (finish_reason={completion.finish_reason})"
+        )
     if cfg.reject_answer_in_reasoning and not answer and reasoning and completion.finish_reason == "stop":
         return Verdict(False, "answer_in_reasoning", f"answer empty, reasoning has {len(reasoning)} chars")
     if cfg.require_answer and len(answer) < cfg.min_answer_chars:

@@ -1,0 +1,167 @@
+"""The `regen` command line: parse argv, load config, draw progress, map errors to exit codes. No logic here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .config import EndpointConfig, load_config
+from .errors import Interrupted, RegenError
+
+EPILOG = "Exit codes: 0 done, 1 problem found, 2 bad config or input, 3 no usable endpoint, 4 locked, 130 interrupted."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="regen", description="Batch completion generation for thinking-mode LLM datasets.", epilog=EPILOG
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="generate (or resume) completions for a config", epilog=EPILOG)
+    p.add_argument("config", help="TOML config file")
+    p.add_argument("--input", help="override input.path")
+    p.add_argument("--output", help="override output.dir (the RUN_DIR)")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL", help="replace the config's endpoints")
+    p.add_argument("--limit", type=int, help="stop after N more prompts reach shards or rejects")
+    p.add_argument("--worker-index", type=int, help="this worker's index (default $SLURM_ARRAY_TASK_ID or 0)")
+    p.add_argument("--num-workers", type=int, help="number of workers (default $SLURM_ARRAY_TASK_COUNT or 1)")
+    p.add_argument("--retry-rejects", action="store_true", help="re-attempt ids that are in rejects")
+    p.add_argument("--allow-config-change", action="store_true", help="resume despite a changed generation config")
+    p.add_argument("--skip-preflight", action="store_true", help="do not check endpoints against [expect]")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+
+    p = sub.add_parser("status", help="progress of a RUN_DIR (works while it runs)")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("inspect", help="quality stats and random samples of a RUN_DIR")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--sample", type=int, default=5, metavar="N")
+    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--shard", help="only this shard file name")
+    p.add_argument("--reason", help="sample rejects with this reason")
+    p.add_argument("--endpoint", help="only rows from this endpoint")
+    p.add_argument("--where", help='a column condition, e.g. "completion_tokens > 1000"')
+    p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("validate", help="re-run the validators over committed shards")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a validate.* threshold")
+    p.add_argument("--quarantine", action="store_true", help="move failing rows into rejects")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("sim", help="run the SGLang simulator", add_help=True)
+    from .sim import add_arguments
+
+    add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(COMMANDS[args.command](args) or 0)
+    except Interrupted as exc:
+        print(f"regen: {exc}", file=sys.stderr)
+        print(f"resume with: regen {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}", file=sys.stderr)
+        return exc.exit_code
+    except RegenError as exc:
+        print(f"regen: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import RunOptions, run, worker_from_env
+
+    overrides = list(args.set)
+    if args.output:
+        overrides.append(f"output.dir={orjson.dumps(args.output).decode()}")
+    cfg = load_config(args.config, overrides)
+    if args.endpoint:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, endpoints=tuple(EndpointConfig(url=u) for u in args.endpoint))
+    index, count = worker_from_env(args.worker_index, args.num_workers)
+    options = RunOptions(
+        worker_index=index,
+        num_workers=count,
+        limit=args.limit,
+        retry_rejects=args.retry_rejects,
+        allow_config_change=args.allow_config_change,
+        skip_preflight=args.skip_preflight,
+        input_path=args.input,
+    )
+    from .progress import Progress
+
+    with Progress(enabled=not args.no_progress) as progress:
+        summary = run(cfg, options, on_progress=progress.update)
+    progress.print_summary(summary.metrics, summary.run_dir)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .inspection import format_status, run_status
+
+    status = run_status(args.run_dir)
+    _print_json(status) if args.json else print(format_status(status))
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspection import format_inspect, inspect_run, write_html
+
+    report = inspect_run(
+        args.run_dir,
+        sample=args.sample,
+        seed=args.seed,
+        shard=args.shard,
+        reason=args.reason,
+        endpoint=args.endpoint,
+        where=args.where,
+    )
+    if args.html:
+        write_html(report, args.html)
+    _print_json(report) if args.json else print(format_inspect(report))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .inspection import format_validate, validate_run
+
+    cfg = None
+    if args.set:
+        cfg = load_config(None, [s if s.startswith("validate.") else f"validate.{s}" for s in args.set]).validate
+    result = validate_run(args.run_dir, cfg, quarantine=args.quarantine)
+    _print_json(result) if args.json else print(format_validate(result))
+    return 1 if result.get("failed") and not args.quarantine else 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from .sim import config_from_args, run_forever
+
+    asyncio.run(run_forever(config_from_args(args)))
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "status": cmd_status,
+    "inspect": cmd_inspect,
+    "validate": cmd_validate,
+    "sim": cmd_sim,
+}

@@ -1,0 +1,308 @@
+"""One SGLang endpoint: the request payload, the response parsing (reasoning split) and the error mapping.
+
+The hot path runs on aiohttp: measured here, httpx's connection pool costs ~20x a bare aiohttp loop per request
+(issue 8's table), and a client that costs CPU per completion slows every GPU behind it. Errors from aiohttp and
+HTTP statuses become our error classes in exactly one place, `_raise_for`/`_map_transport`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .config import ClientConfig, GenerationConfig
+from .errors import (
+    EndpointDownError,
+    FatalEndpointError,
+    PermanentRequestError,
+    RequestError,
+    RetryableRequestError,
+)
+from .records import Completion, Prompt
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+def request_seed(base_seed: int, prompt_id: str, attempt: int) -> int:
+    """A per-request seed from (config seed, prompt id, attempt): reproducible, different on each retry."""
+    digest = hashlib.blake2b(f"{base_seed}:{prompt_id}:{attempt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+def split_reasoning(content: str, reasoning: str | None, finish_reason: str, thinking: bool) -> tuple[str | None, str]:
+    """Return (reasoning, answer). When the server ran no reasoning parser, split raw text at `</think>` ourselves;
+    the opening tag may be missing (templates that prefill `<think>`)."""
+    if reasoning is not None or not thinking:
+        return (reasoning.strip() if reasoning is not None else None), content.strip()
+    text = content
+    if text.lstrip().startswith(THINK_OPEN):
+        text = text.lstrip()[len(THINK_OPEN) :]
+    head, sep, tail = text.partition(THINK_CLOSE)
+    if sep:
+        return head.strip(), tail.strip()
+    if finish_reason == "length":  # truncated while thinking: everything so far is reasoning
+        return text.strip(), ""
+    return None, content.strip()
+
+
+def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
+    return {
+        "model": gen.model,
+        "max_tokens": gen.max_tokens,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "top_k": gen.top_k,
+        "min_p": gen.min_p,
+        "separate_reasoning": gen.separate_reasoning,
+        "chat_template_kwargs": {"enable_thinking": gen.thinking},
+    }
+
+
+class EndpointClient:
+    """One long-lived aiohttp session to one endpoint, sized to its concurrency, with explicit timeouts."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        gen: GenerationConfig,
+        client: ClientConfig,
+        concurrency: int,
+        api_key: str | None = None,
+    ):
+        self.url = url.rstrip("/")
+        self.gen = gen
+        self.cfg = client
+        self.concurrency = concurrency
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._base = build_payload_base(gen)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> EndpointClient:
+        connector = aiohttp.TCPConnector(limit=self.concurrency + 16, limit_per_host=0, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, connect=self.cfg.connect_timeout_s)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("EndpointClient used outside `async with` (or after close)")
+        return self._session
+
+    def payload(self, prompt: Prompt, attempt: int, rid: str) -> dict[str, Any]:
+        body = dict(self._base)
+        body["messages"] = prompt.messages
+        body["seed"] = request_seed(self.gen.seed, prompt.id, attempt)
+        body["rid"] = rid
+        overrides = prompt.extra.get("_request_overrides")
+        if overrides:
+            body.update(overrides)
+        if self.cfg.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def chat(self, prompt: Prompt, attempt: int, rid: str) -> Completion:
+        """Send one chat completion and return it parsed. Raises a RequestError subclass on failure."""
+        body = self.payload(prompt, attempt, rid)
+        data = orjson.dumps(body)
+        started = time.monotonic()
+        try:
+            if self.cfg.stream:
+                parsed = await self._stream(data, rid)
+            else:
+                parsed = await self._once(data)
+        except RequestError:
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_transport(exc, self.url) from exc
+        return self._completion(parsed, body["seed"], time.monotonic() - started)
+
+    async def _once(self, data: bytes) -> dict[str, Any]:
+        async with self.session.post(f"{self.url}/v1/chat/completions", data=data) as resp:
+            raw = await resp.read()
+            if resp.status != 200:
+                _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
+        try:
+            obj = orjson.loads(raw)
+            choice = obj["choices"][0]
+            message = choice["message"]
+            return {
+                "content": message.get("content") or "",
+                "reasoning": message.get("reasoning_content"),
+                "finish_reason": choice.get("finish_reason") or "",
+                "usage": obj.get("usage") or {},
+                "model": obj.get("model") or "",
+            }
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise RetryableRequestError(f"{self.url}: invalid JSON in a 200 response: {exc}") from None
+
+    async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
+        stall = aiohttp.ClientTimeout(
+            total=self.cfg.request_timeout_s, connect=self.cfg.connect_timeout_s, sock_read=self.cfg.stall_timeout_s
+        )
+        try:
+            async with self.session.post(f"{self.url}/v1/chat/completions", data=data, timeout=stall) as resp:
+                if resp.status != 200:
+                    _raise_for(resp.status, await resp.read(), resp.headers.get("Retry-After"), self.url)
+                return await _read_sse(resp, self.url)
+        except TimeoutError:
+            await self.abort(rid)
+            raise RetryableRequestError(
+                f"{self.url}: stream stalled (no bytes for {self.cfg.stall_timeout_s}s)"
+            ) from None
+
+    async def abort(self, rid: str) -> None:
+        """Tell the server to stop generating `rid` (best effort: a stalled server may not answer)."""
+        try:
+            async with asyncio.timeout(2):
+                data = orjson.dumps({"rid": rid})
+                async with self.session.post(f"{self.url}/abort_request", data=data) as resp:
+                    await resp.read()
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            pass
+
+    def _completion(self, parsed: dict[str, Any], seed: int, latency: float) -> Completion:
+        usage = parsed["usage"]
+        reasoning, answer = split_reasoning(
+            parsed["content"], parsed["reasoning"], parsed["finish_reason"], self.gen.thinking
+        )
+        rt = usage.get("reasoning_tokens")
+        if rt is None:
+            rt = ((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) or None
+        return Completion(
+            reasoning=reasoning,
+            answer=answer,
+            finish_reason=parsed["finish_reason"],
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            reasoning_tokens=rt,
+            model=parsed["model"] or self.gen.model,
+            endpoint=self.url,
+            latency_s=latency,
+            seed=seed,
+            spec_accept_length=parsed.get("spec_accept_length"),
+        )
+
+    async def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
+        """A small control-plane GET (health, server_info, loads)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.get(f"{self.url}{path}") as resp:
+                    raw = await resp.read()
+                    if resp.status != 200:
+                        _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
+                    return orjson.loads(raw) if raw else None
+        except RequestError:
+            raise
+        except orjson.JSONDecodeError as exc:
+            raise RetryableRequestError(f"{self.url}{path}: invalid JSON: {exc}") from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_transport(exc, self.url) from exc
+
+
+async def _read_sse(resp: aiohttp.ClientResponse, url: str) -> dict[str, Any]:
+    content: list[str] = []
+    reasoning: list[str] = []
+    out: dict[str, Any] = {"finish_reason": "", "usage": {}, "model": ""}
+    async for line in _sse_lines(resp):
+        if line == b"[DONE]":
+            break
+        try:
+            chunk = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise RetryableRequestError(f"{url}: invalid JSON in an SSE chunk") from None
+        if "error" in chunk:
+            err = chunk["error"]
+            code = err.get("code") if isinstance(err, dict) else None
+            message = err.get("message") if isinstance(err, dict) else str(err)
+            _raise_for(int(code) if isinstance(code, int) else 500, orjson.dumps({"message": message}), None, url)
+        out["model"] = chunk.get("model") or out["model"]
+        if chunk.get("usage"):
+            out["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                content.append(delta["content"])
+            if delta.get("reasoning_content"):
+                reasoning.append(delta["reasoning_content"])
+            if choice.get("finish_reason"):
+                out["finish_reason"] = choice["finish_reason"]
+    else:
+        raise RetryableRequestError(f"{url}: stream ended without [DONE]")
+    out["content"] = "".join(content)
+    out["reasoning"] = "".join(reasoning) if reasoning else None
+    return out
+
+
+async def _sse_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async for raw in resp.content:
+        line = raw.strip()
+        if line.startswith(b"data:"):
+            yield line[5:].strip()
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw[:300].decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    return str(obj)[:300]
+
+
+def _raise_for(status: int, raw: bytes, retry_after: str | None, url: str) -> None:
+    """The one place an HTTP status becomes an error class."""
+    message = f"{url}: HTTP {status}: {_error_message(raw)}"
+    after: float | None = None
+    if retry_after:
+        try:
+            after = float(retry_after)
+        except ValueError:
+            after = None
+    if status in (401, 403):
+        raise FatalEndpointError(f"{message} (check the endpoint's api_key_env)")
+    if status == 404:
+        raise FatalEndpointError(f"{message} (wrong URL or model name?)")
+    if status in (408, 429) or status >= 500:
+        raise RetryableRequestError(message, status=status, retry_after=after)
+    if 400 <= status < 500:
+        raise PermanentRequestError(message, status=status)
+    raise RetryableRequestError(message, status=status)
+
+
+def _map_transport(exc: BaseException, url: str) -> RequestError:
+    """The one place a transport failure becomes an error class."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return EndpointDownError(f"{url}: cannot connect ({exc.os_error or exc})")
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | ConnectionResetError):
+        return EndpointDownError(f"{url}: connection lost mid-response ({type(exc).__name__})")
+    if isinstance(exc, TimeoutError):
+        return RetryableRequestError(f"{url}: request timed out")
+    return RetryableRequestError(f"{url}: {type(exc).__name__}: {exc}")
+
+
+@asynccontextmanager
+async def open_client(url: str, **kwargs: Any) -> AsyncIterator[EndpointClient]:
+    async with EndpointClient(url, **kwargs) as client:
+        yield client

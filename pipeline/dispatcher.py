@@ -1,0 +1,105 @@
+"""The async engine of one prompt's life: choose an endpoint, send, validate, retry within the budget, store.
+
+`client.max_attempts` bounds the requests that may be the prompt's fault (rejected completions, 5xx, timeouts).
+A request lost because its endpoint went down (refused, reset mid-response) is not counted there; a separate
+bound, `client.max_endpoint_failures`, stops a prompt that takes every server it touches down with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from .config import Config
+from .errors import EndpointDownError, FatalEndpointError, PermanentRequestError, RequestError
+from .metrics import Metrics
+from .pool import Pool
+from .records import Completion, Prompt
+from .retry import RetryPolicy
+from .schema import accepted_row, rejected_row
+from .validator import validate
+
+
+class Sink(Protocol):
+    def add_accepted(self, row: dict[str, Any]) -> None: ...
+    def add_rejected(self, row: dict[str, Any]) -> None: ...
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        cfg: Config,
+        pool: Pool,
+        sink: Sink,
+        metrics: Metrics,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
+        self.cfg = cfg
+        self.pool = pool
+        self.sink = sink
+        self.metrics = metrics
+        self.retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
+        self.sleep = sleep
+        self._rids = itertools.count()
+
+    async def worker(self, queue: asyncio.Queue[Prompt | None]) -> None:
+        """Take prompts until a None sentinel arrives."""
+        while (prompt := await queue.get()) is not None:
+            await self.process(prompt)
+
+    async def process(self, prompt: Prompt) -> None:
+        """Drive one prompt to its final place: exactly one add_accepted or add_rejected call."""
+        attempts = 0  # requests that count against max_attempts
+        endpoint_failures = 0
+        last: Completion | None = None
+        reason, detail = "exhausted_retries", ""
+        while attempts < self.cfg.client.max_attempts:
+            rid = f"regen-{prompt.id[:64]}-{attempts}-{next(self._rids)}"
+            ep = await self.pool.acquire()
+            self.metrics.requests += 1
+            try:
+                completion = await ep.client.chat(prompt, attempts, rid)
+            except FatalEndpointError:
+                await self.pool.release(ep, error=None)
+                raise
+            except PermanentRequestError as exc:
+                await self.pool.release(ep)
+                self._reject(prompt, None, attempts + 1, "http_4xx", str(exc))
+                return
+            except EndpointDownError as exc:
+                endpoint_failures += 1
+                self.metrics.endpoint_failures += 1
+                self.metrics.record_error(str(exc))
+                self.pool.mark_down(ep, str(exc))
+                await self.pool.release(ep, error=exc)
+                if endpoint_failures >= self.cfg.client.max_endpoint_failures:
+                    reason, detail = "exhausted_retries", f"{endpoint_failures} endpoint failures; last: {exc}"
+                    break
+                continue
+            except RequestError as exc:
+                attempts += 1
+                self.metrics.retries += 1
+                self.metrics.record_error(str(exc))
+                await self.pool.release(ep, error=exc)
+                reason, detail = "exhausted_retries", f"{attempts} attempts; last: {exc}"
+                if attempts < self.cfg.client.max_attempts:
+                    await self.sleep(self.retry.delay_for(attempts, exc.retry_after))
+                continue
+            await self.pool.release(ep, latency=completion.latency_s)
+            attempts += 1
+            verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
+            if verdict.ok:
+                self.sink.add_accepted(accepted_row(prompt, completion, attempts))
+                self.metrics.record_accept(completion.completion_tokens)
+                return
+            last, reason, detail = completion, verdict.reason or "invalid", verdict.detail
+            self.metrics.output_tokens += completion.completion_tokens or 0
+        self._reject(prompt, last, attempts, reason, detail)
+
+    def _reject(self, prompt: Prompt, last: Completion | None, attempts: int, reason: str, detail: str) -> None:
+        self.sink.add_rejected(rejected_row(prompt, last, attempts, reason, detail))
+        self.metrics.record_reject(reason)

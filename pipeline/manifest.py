@@ -1,0 +1,91 @@
+"""RUN_DIR/run.json: schema version, config hash, resolved config, input fingerprint, counts, history.
+
+Written atomically (temp file, fsync, rename). A resume whose generation config differs from the recorded one is
+refused with the differing keys unless the caller allows it, and then the change is recorded in `history`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .config import Config
+from .errors import ConfigDriftError, OutputError
+from .schema import SCHEMA_VERSION
+
+MANIFEST = "run.json"
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / MANIFEST
+    try:
+        return dict(orjson.loads(path.read_bytes()))
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise OutputError(f"{path}: unreadable manifest: {exc}") from None
+
+
+def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
+    path = run_dir / MANIFEST
+    tmp = run_dir / f".{MANIFEST}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write manifest: {exc.strerror or exc}") from None
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: data}
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    a, b = _flatten(old), _flatten(new)
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def begin_run(
+    run_dir: Path, cfg: Config, *, input_files: list[str], allow_config_change: bool, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Create or update run.json for a new invocation; refuse config drift unless allowed."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    current = read_manifest(run_dir)
+    fingerprint = cfg.generation_fingerprint()
+    if current is None:
+        current = {"schema_version": SCHEMA_VERSION, "started_at": now, "history": []}
+    else:
+        diff = config_diff(current.get("generation", {}), fingerprint)
+        if diff and not allow_config_change:
+            lines = "\n".join(f"  {k}: run has {a!r}, config has {b!r}" for k, a, b in diff)
+            raise ConfigDriftError(
+                f"{run_dir}: the generation config differs from the one this run was started with:\n{lines}\n"
+                "Rerun with the original config, use another --output dir, or pass --allow-config-change "
+                "to continue and record the change."
+            )
+        if diff:
+            current["history"].append({"at": now, "config_change": [list(d) for d in diff]})
+    current.update(
+        config_hash=cfg.generation_hash(),
+        generation=fingerprint,
+        config=cfg.to_dict(),
+        input={"files": input_files, **extra.pop("input", {})},
+        updated_at=now,
+    )
+    current["history"].append({"at": now, "event": "start", "host": socket.gethostname(), "pid": os.getpid(), **extra})
+    current["history"] = current["history"][-200:]
+    write_manifest(run_dir, current)
+    return current

@@ -1,0 +1,294 @@
+"""One `regen run`: plan → reader → dispatcher → validator → store, under one TaskGroup.
+
+The reader streams batches; ids this worker does not own or that are already done are skipped before anything is
+queued; a bounded queue keeps memory flat; the store journals every finished prompt and commits shards. SIGINT and
+SIGTERM stop the intake, let in-flight requests finish within `client.drain_timeout_s`, commit, and raise
+Interrupted (exit 130): rerunning the same command resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from .client import EndpointClient
+from .config import Config, EndpointConfig
+from .dispatcher import Dispatcher
+from .errors import ConfigError, Interrupted, RegenError
+from .manifest import begin_run, read_manifest, write_manifest
+from .metrics import Metrics
+from .pool import EndpointState, Pool
+from .reader import PromptReader
+from .records import BadInput, Prompt
+from .schema import bad_input_row
+from .store import DoneSet, RunStore, id_hash, owns
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    worker_index: int = 0
+    num_workers: int = 1
+    limit: int | None = None
+    retry_rejects: bool = False
+    allow_config_change: bool = False
+    skip_preflight: bool = False
+    input_path: str | None = None
+    handle_signals: bool = True
+    progress_interval_s: float = 0.5
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    metrics: dict[str, Any]
+    endpoints: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+def worker_from_env(index: int | None, count: int | None) -> tuple[int, int]:
+    """--worker-index/--num-workers, defaulting from a Slurm job array."""
+    if index is None:
+        index = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0") or 0)
+        if count is None and "SLURM_ARRAY_TASK_COUNT" in os.environ:
+            count = int(os.environ["SLURM_ARRAY_TASK_COUNT"])
+            index -= int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0") or 0)
+    count = count or 1
+    if not 0 <= index < count:
+        raise ConfigError(f"--worker-index {index} must be in [0, {count}) for --num-workers {count}")
+    return index, count
+
+
+def run(cfg: Config, options: RunOptions = RunOptions(), on_progress: ProgressFn | None = None) -> RunSummary:
+    """Run (or resume) the generation described by `cfg`. Raises a RegenError subclass on failure."""
+    return asyncio.run(Runner(cfg, options, on_progress).main())
+
+
+class Runner:
+    def __init__(self, cfg: Config, options: RunOptions, on_progress: ProgressFn | None):
+        self.cfg = cfg
+        self.opt = options
+        self.on_progress = on_progress
+        self.run_dir = Path(cfg.output.dir)
+        self.metrics = Metrics()
+        self.stop = asyncio.Event()
+        self.pool: Pool | None = None
+
+    async def main(self) -> RunSummary:
+        reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
+        files = [str(p) for p in reader.files()]
+        await asyncio.to_thread(reader.check_duplicates)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        begin_run(
+            self.run_dir,
+            self.cfg,
+            input_files=files,
+            allow_config_change=self.opt.allow_config_change,
+            extra={"worker_index": self.opt.worker_index, "num_workers": self.opt.num_workers},
+        )
+        store = RunStore(
+            self.run_dir,
+            worker_index=self.opt.worker_index,
+            num_workers=self.opt.num_workers,
+            keep_fields=self.cfg.input.keep_fields,
+            shard_rows=self.cfg.output.shard_rows,
+            row_group_rows=self.cfg.output.row_group_rows,
+            sync_interval_s=self.cfg.output.sync_interval_s,
+        )
+        state = await asyncio.to_thread(store.open, retry_rejects=self.opt.retry_rejects)
+        try:
+            total, pending = await asyncio.to_thread(self._count, reader, state.done)
+            self.metrics.total, self.metrics.already_done = total, total - pending
+            if pending == 0:
+                return self._summary(store, interrupted=False)
+            async with self._endpoints() as endpoints:
+                self.pool = Pool(endpoints, max_cooldown_s=self.cfg.client.backoff_max_s)
+                interrupted = await self._engine(reader, state.done, store)
+        finally:
+            await asyncio.to_thread(store.close)
+        summary = self._summary(store, interrupted=interrupted)
+        if interrupted:
+            raise Interrupted("interrupted after a clean drain; rerun the same command to resume")
+        return summary
+
+    def _count(self, reader: PromptReader, done: DoneSet) -> tuple[int, int]:
+        """Prompts this worker owns, and how many of them are not done yet (one cheap pass over the ids)."""
+        total = pending = 0
+        for ids in reader.scan_ids():
+            hashes = np.fromiter((id_hash(i) for i in ids), dtype=np.uint64, count=len(ids))
+            mine = owns(hashes, self.opt.worker_index, self.opt.num_workers)
+            total += int(mine.sum())
+            pending += int((mine & ~done.contains_many(hashes)).sum())
+        return total, pending
+
+    @asynccontextmanager
+    async def _endpoints(self) -> AsyncIterator[list[EndpointState]]:
+        async with AsyncExitStack() as stack:
+            states = []
+            for ep in self.cfg.endpoints:
+                url = await stack.enter_async_context(_endpoint_url(ep))
+                client = EndpointClient(
+                    url,
+                    gen=self.cfg.generation,
+                    client=self.cfg.client,
+                    concurrency=ep.concurrency,
+                    api_key=os.environ.get(ep.api_key_env) if ep.api_key_env else None,
+                )
+                await stack.enter_async_context(client)
+                states.append(EndpointState(client=client, capacity=ep.concurrency, rps=ep.requests_per_second))
+            yield states
+
+    async def _engine(self, reader: PromptReader, done: DoneSet, store: RunStore) -> bool:
+        assert self.pool is not None
+        n_workers = sum(ep.capacity for ep in self.pool.endpoints)
+        queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=self.cfg.client.queue_size or 2 * n_workers)
+        dispatcher = Dispatcher(self.cfg, self.pool, store, self.metrics)
+        self._install_signals()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                background = [
+                    tg.create_task(self._syncer(store)),
+                    tg.create_task(self._ticker()),
+                    tg.create_task(self._prober()),
+                ]
+                workers = [tg.create_task(dispatcher.worker(queue)) for _ in range(n_workers)]
+                producer = tg.create_task(self._produce(reader, done, store, queue, n_workers))
+                drainer = tg.create_task(self._drain_on_stop(queue, producer, workers, n_workers))
+                await asyncio.gather(*workers, return_exceptions=True)
+                for task in [*background, drainer, producer]:
+                    task.cancel()
+        except* RegenError as group:
+            raise group.exceptions[0] from None
+        finally:
+            self._remove_signals()
+        return self.stop.is_set()
+
+    async def _produce(
+        self, reader: PromptReader, done: DoneSet, store: RunStore, queue: asyncio.Queue[Prompt | None], n: int
+    ) -> None:
+        budget = self.opt.limit if self.opt.limit is not None else -1
+        batches = iter(reader.iter_batches())
+        while budget != 0 and (batch := await asyncio.to_thread(next, batches, None)) is not None:
+            hashes = np.fromiter((id_hash(p.id) for p in batch), dtype=np.uint64, count=len(batch))
+            keep = owns(hashes, self.opt.worker_index, self.opt.num_workers) & ~done.contains_many(hashes)
+            for item, wanted in zip(batch, keep, strict=True):
+                if not wanted or budget == 0:
+                    continue
+                budget -= 1
+                if isinstance(item, BadInput):
+                    store.add_rejected(bad_input_row(item))
+                    self.metrics.record_reject("bad_input")
+                else:
+                    await queue.put(item)
+        for _ in range(n):
+            await queue.put(None)
+
+    async def _drain_on_stop(
+        self,
+        queue: asyncio.Queue[Prompt | None],
+        producer: asyncio.Task[None],
+        workers: list[asyncio.Task[None]],
+        n: int,
+    ) -> None:
+        await self.stop.wait()
+        producer.cancel()
+        while not queue.empty():  # prompts not started yet stay pending for the next run
+            queue.get_nowait()
+        for _ in range(n):
+            queue.put_nowait(None)
+        try:
+            async with asyncio.timeout(self.cfg.client.drain_timeout_s):
+                await asyncio.gather(*workers, return_exceptions=True)
+        except TimeoutError:
+            for task in workers:
+                task.cancel()
+
+    async def _syncer(self, store: RunStore) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.output.sync_interval_s)
+            await store.sync()
+
+    async def _ticker(self) -> None:
+        metrics_dir = self.run_dir / "metrics"
+        metrics_dir.mkdir(exist_ok=True)
+        path = metrics_dir / f"worker-{self.opt.worker_index}.jsonl"
+        last_write = 0.0
+        while True:
+            await asyncio.sleep(self.opt.progress_interval_s)
+            self.metrics.tick()
+            snap = self._snapshot()
+            if self.on_progress is not None:
+                self.on_progress(snap)
+            if time.monotonic() - last_write >= 1.0:
+                last_write = time.monotonic()
+                await asyncio.to_thread(_append_line, path, orjson.dumps(snap))
+
+    async def _prober(self) -> None:
+        """Probe down endpoints' /health and half-open their circuit when it passes."""
+        assert self.pool is not None
+        while True:
+            await asyncio.sleep(0.5)
+            for ep in self.pool.due_for_probe():
+                try:
+                    await ep.client.get_json("/health", timeout_s=5.0)
+                except RegenError:
+                    self.pool.mark_down(ep, ep.last_error)
+                    continue
+                self.pool.mark_up(ep)
+                await self.pool.notify()
+
+    def _snapshot(self) -> dict[str, Any]:
+        snap = self.metrics.snapshot()
+        snap["endpoints"] = self.pool.snapshot() if self.pool else {}
+        return snap
+
+    def _summary(self, store: RunStore, *, interrupted: bool) -> RunSummary:
+        snap = self._snapshot()
+        manifest = read_manifest(self.run_dir) or {}
+        manifest.setdefault("counts", {})[f"worker-{self.opt.worker_index}"] = {
+            k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
+        }
+        write_manifest(self.run_dir, manifest)
+        return RunSummary(self.run_dir, snap, snap.get("endpoints", {}), interrupted)
+
+    def _install_signals(self) -> None:
+        if not self.opt.handle_signals:
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+
+    def _remove_signals(self) -> None:
+        if not self.opt.handle_signals:
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(line + b"\n")
+
+
+@asynccontextmanager
+async def _endpoint_url(ep: EndpointConfig) -> AsyncIterator[str]:
+    """The endpoint's base URL; `sim` starts the embedded simulator for the length of the run."""
+    if ep.url != "sim":
+        yield ep.url
+        return
+    from .sim import SimConfig, serve  # the simulator is only imported when a config asks for it
+
+    async with serve(SimConfig.from_argv(list(ep.sim_args))) as url:
+        yield url
