@@ -1,0 +1,80 @@
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Config, load_config
+from pipeline.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_configs_load() -> None:
+    for name in ("configs/demo.toml", "configs/qwen36-27b-mtp.toml"):
+        cfg = load_config(name)
+        assert cfg.generation.model == "Qwen3.6-27B"
+        assert cfg.expect["speculative_algorithm"] == "EAGLE"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[generation]\nmax_token = 5\n", "unknown key 'generation.max_token'; did you mean 'generation.max_tokens'?"),
+        ("[genration]\nmodel = 'x'\n", "unknown key 'genration'; did you mean 'generation'?"),
+        ("[[endpoints]]\nurl = 'x'\nconcurrenc = 3\n", "'endpoints[0].concurrenc'; did you mean 'endpoints[0].concurrency'"),
+        ("[generation]\nmax_tokens = 'lots'\n", "generation.max_tokens must be int, got str 'lots'"),
+        ("[generation]\nthinking = 1\n", "generation.thinking must be bool, got int 1"),
+        ("[client]\nmax_attempts = true\n", "client.max_attempts must be int, got bool"),
+        ("[input]\nkeep_fields = 'a'\n", "input.keep_fields must be an array"),
+        ("[launch]\nenv = { A = 1 }\n", "launch.env.A must be a string"),
+        ("generation = 3\n", "generation must be a table"),
+        ("[input\n", "invalid TOML"),
+    ],
+    ids=["typo", "section-typo", "array-of-tables", "type", "bool", "bool-as-int", "array", "env", "table", "toml"],
+)
+def test_strict_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text))
+    assert message in str(err.value)
+    assert str(tmp_path / "c.toml") in str(err.value)
+
+
+def test_missing_file_names_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.toml: config file not found"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_set_overrides_use_toml_values(tmp_path: Path) -> None:
+    cfg = load_config(
+        write(tmp_path, "[generation]\nmodel = 'm'\n"),
+        ["generation.max_tokens=4096", "generation.temperature=0", "output.dir=runs/x", "input.keep_fields=['a','b']"],
+    )
+    assert cfg.generation.max_tokens == 4096
+    assert cfg.generation.temperature == 0.0 and isinstance(cfg.generation.temperature, float)
+    assert cfg.output.dir == "runs/x"
+    assert cfg.input.keep_fields == ("a", "b")
+    assert cfg.generation.model == "m"
+
+
+def test_set_typo_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'generation.max_tokens'"):
+        load_config(None, ["generation.max_tokns=3"])
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        load_config(None, ["generation.max_tokens"])
+
+
+def test_generation_hash_tracks_generation_not_output() -> None:
+    base = load_config(None)
+    assert base.generation_hash() == load_config(None, ["output.dir=elsewhere"]).generation_hash()
+    assert base.generation_hash() != load_config(None, ["generation.temperature=0.7"]).generation_hash()
+    assert base.generation_hash() != load_config(None, ["validate.require_reasoning=false"]).generation_hash()
+
+
+def test_to_dict_is_plain_and_has_no_secret_values() -> None:
+    cfg = load_config("configs/qwen36-27b-mtp.toml")
+    data = cfg.to_dict()
+    assert data["endpoints"][0]["api_key_env"] == "SGLANG_API_KEY"
+    assert isinstance(Config().to_dict()["input"]["keep_fields"], list)
