@@ -1,0 +1,88 @@
+"""A compact set of id hashes: what resume skips.
+
+A sorted uint64 array answers membership with a binary search at 8 bytes an id (1M ids: 8 MB, against ~100 MB for
+a Python set of strings). Recent additions go to a small Python set that is merged into the array once it grows
+past a fraction of it, so `add` stays O(1) amortised and the array is rebuilt only O(log n) times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from .partition import id_hashes
+
+_MIN_MERGE = 4096
+
+
+class DoneSet:
+    def __init__(self, hashes: Iterable[int] | np.ndarray = ()) -> None:
+        array = hashes if isinstance(hashes, np.ndarray) else np.fromiter(hashes, dtype=np.uint64)
+        self._sorted: np.ndarray = np.unique(array.astype(np.uint64, copy=False))
+        self._recent: set[int] = set()
+
+    @classmethod
+    def from_ids(cls, ids: Iterable[str]) -> DoneSet:
+        return cls(id_hashes(ids))
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._recent)
+
+    def __contains__(self, h: object) -> bool:
+        if not isinstance(h, int | np.integer):
+            return False
+        h = int(h)
+        if h in self._recent:
+            return True
+        i = int(np.searchsorted(self._sorted, np.uint64(h)))
+        return i < len(self._sorted) and int(self._sorted[i]) == h
+
+    def contains_many(self, hashes: np.ndarray) -> np.ndarray:
+        """A bool array: which of `hashes` are in the set."""
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        found = _in_sorted(self._sorted, hashes)
+        if self._recent:
+            found |= np.isin(hashes, np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent)))
+        return found
+
+    def add(self, h: int) -> None:
+        if h in self:
+            return
+        self._recent.add(int(h))
+        if len(self._recent) >= max(_MIN_MERGE, len(self._sorted) // 16):
+            self._merge()
+
+    def update(self, hashes: np.ndarray) -> None:
+        self._merge()
+        self._sorted = np.union1d(self._sorted, np.asarray(hashes, dtype=np.uint64))
+
+    def to_array(self) -> np.ndarray:
+        """Every hash in the set, sorted and unique."""
+        self._merge()
+        return self._sorted
+
+    def difference(self, other: DoneSet) -> DoneSet:
+        return DoneSet(np.setdiff1d(self.to_array(), other.to_array(), assume_unique=True))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._sorted.nbytes) + 72 * len(self._recent)
+
+    def _merge(self) -> None:
+        if not self._recent:
+            return
+        new = np.unique(np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent)))
+        self._sorted = np.insert(self._sorted, np.searchsorted(self._sorted, new), new)
+        self._recent.clear()
+
+    def __repr__(self) -> str:
+        return f"DoneSet({len(self)} ids, {self.nbytes / 1e6:.1f} MB)"
+
+
+def _in_sorted(sorted_array: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    if len(sorted_array) == 0:
+        return np.zeros(len(hashes), dtype=bool)
+    idx = np.searchsorted(sorted_array, hashes)
+    idx[idx == len(sorted_array)] = 0
+    return sorted_array[idx] == hashes

@@ -1,0 +1,81 @@
+"""What is committed: the id hashes of every part under shards/ and rejects/, read from the `id` column only.
+
+`CommittedIndex` caches one hash array per file and rereads only files that appeared or changed since the last
+`refresh()`, so open() scans 1M committed rows once even though it refreshes after each recovery step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .doneset import DoneSet
+from .partition import id_hashes
+from .shards import REJECTS, SHARDS, list_parts, read_ids
+
+
+@dataclass(frozen=True, slots=True)
+class PartIds:
+    path: Path
+    kind: str  # SHARDS or REJECTS
+    hashes: np.ndarray
+    stamp: tuple[int, int, int]
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class CommittedIndex:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.parts: dict[Path, PartIds] = {}
+
+    def refresh(self) -> None:
+        seen: dict[Path, PartIds] = {}
+        for kind in (SHARDS, REJECTS):
+            for path in list_parts(self.run_dir / kind):
+                part = self._read(path, kind)
+                if part is not None:
+                    seen[path] = part
+        self.parts = seen
+
+    def _read(self, path: Path, kind: str) -> PartIds | None:
+        stamp = _stamp(path)
+        if stamp is None:  # deleted by a concurrent rewrite
+            return None
+        cached = self.parts.get(path)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        try:
+            hashes = id_hashes(read_ids(path))
+        except FileNotFoundError:
+            return None
+        return PartIds(path, kind, hashes, stamp)
+
+    def hashes(self, kind: str) -> np.ndarray:
+        arrays = [p.hashes for p in self.parts.values() if p.kind == kind]
+        return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
+
+    def done(self, kind: str) -> DoneSet:
+        return DoneSet(self.hashes(kind))
+
+    def duplicated(self) -> np.ndarray:
+        """Hashes that occur more than once across all committed parts (normally none)."""
+        arrays = [p.hashes for p in self.parts.values()]
+        if not arrays:
+            return np.empty(0, dtype=np.uint64)
+        everything = np.sort(np.concatenate(arrays))
+        return np.unique(everything[1:][everything[1:] == everything[:-1]])
+
+    def files_with(self, hashes: np.ndarray, kind: str | None = None) -> list[Path]:
+        return [
+            p.path for p in self.parts.values() if (kind is None or p.kind == kind) and np.isin(p.hashes, hashes).any()
+        ]

@@ -1,0 +1,126 @@
+"""The per-worker journal: every finished row, fsynced within about a second.
+
+A journal is `RUN_DIR/journal/worker-{i}.{seq}.jsonl`, one orjson object a line:
+`{"kind": "accepted" | "rejected", "row": {...}}` with `created_at` as integer microseconds. Journal `seq` holds
+exactly the rows of part `seq` (shards/ and rejects/) that are not committed yet; once those parts are committed
+the journal is deleted and the next rows go to `seq + 1`. A line that does not parse (a torn tail after a crash,
+or a write cut short by a full disk) is skipped: it was never acknowledged by a sync.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .durable import fsync_dir, output_errors, unlink_quiet
+
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+KINDS = (ACCEPTED, REJECTED)
+
+_NAME = re.compile(r"^worker-(\d+)\.(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    kind: str
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JournalFile:
+    worker: int
+    seq: int
+    path: Path
+
+
+def journal_name(worker: int, seq: int) -> str:
+    return f"worker-{worker}.{seq}.jsonl"
+
+
+def list_journals(directory: Path) -> list[JournalFile]:
+    """Every journal file in `directory`, ordered by worker then seq."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for entry in os.scandir(directory):
+        match = _NAME.match(entry.name)
+        if match:
+            found.append(JournalFile(int(match[1]), int(match[2]), Path(entry.path)))
+    return sorted(found)
+
+
+def encode(kind: str, row: dict[str, Any]) -> bytes:
+    return orjson.dumps({"kind": kind, "row": row}, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def read_journal(path: Path) -> Iterator[JournalEntry]:
+    """Stream the entries of one journal, skipping lines that do not parse (torn writes)."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:  # recovered and deleted by another worker meanwhile
+        return
+    with handle:
+        for line in handle:
+            entry = _decode(line)
+            if entry is not None:
+                yield entry
+
+
+def _decode(line: bytes) -> JournalEntry | None:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or obj.get("kind") not in KINDS or not isinstance(obj.get("row"), dict):
+        return None
+    if not isinstance(obj["row"].get("id"), str):
+        return None
+    return JournalEntry(obj["kind"], obj["row"])
+
+
+class JournalWriter:
+    """Appends encoded lines to the current journal file; the file is created on the first write."""
+
+    def __init__(self, directory: Path, worker: int, seq: int) -> None:
+        self.directory = directory
+        self.worker = worker
+        self.seq = seq
+        self._fd: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.directory / journal_name(self.worker, self.seq)
+
+    def append(self, lines: list[bytes]) -> None:
+        """Write `lines` and fsync them: once this returns, they survive a SIGKILL or power loss."""
+        if not lines:
+            return
+        with output_errors(self.path, "write the journal"):
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                fsync_dir(self.directory)
+            data = memoryview(b"".join(lines))
+            while data:
+                written = os.write(self._fd, data)
+                data = data[written:]
+            os.fsync(self._fd)
+
+    def rotate(self) -> None:
+        """Delete the current journal (its rows are committed) and move on to the next seq."""
+        self.close()
+        with output_errors(self.path, "delete the committed journal"):
+            unlink_quiet(self.path)
+            fsync_dir(self.directory)
+        self.seq += 1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)

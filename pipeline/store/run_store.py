@@ -1,0 +1,299 @@
+"""One worker's durable store over a RUN_DIR: journal, streamed parts, atomic commits, resume.
+
+Life of a row: `add_accepted`/`add_rejected` encode it into an in-memory buffer (no I/O, safe on the event loop);
+`sync()` appends the buffer to the journal and fsyncs it (now the row survives a SIGKILL), then hands the rows to
+the part writers, which stream full row groups into hidden temp files. When a part reaches `shard_rows` rows, both
+parts of that journal seq are committed (close, fsync, rename, fsync the directory) and the journal is rotated.
+`close()` commits what is left. `open()` puts the RUN_DIR back into its invariant first: see `recovery`.
+
+    RUN_DIR/locks/worker-{i}.lock              flock: one live process per worker index
+    RUN_DIR/journal/worker-{i}.{seq}.jsonl     rows of part seq not yet committed
+    RUN_DIR/shards/.worker-{i}-{seq}.parquet.tmp  →  shards/part-w{i}-{seq:05d}-{uuid8}.parquet
+    RUN_DIR/rejects/ (likewise)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import OutputError
+from ..schema import reject_schema, shard_schema
+from .doneset import DoneSet
+from .durable import fsync_dir, output_errors
+from .index import CommittedIndex
+from .journal import ACCEPTED, REJECTED, JournalWriter, encode, list_journals, read_journal
+from .locks import FileLock, take_worker_lock, worker_lock_path
+from .partition import check_partition, id_hashes, owns_many
+from .recovery import recover_journal, remove_ids, settle
+from .shards import REJECTS, SHARDS, PartWriter, part_seqs, remove_tmp_files, tmp_workers
+
+JOURNAL = "journal"
+LOCKS = "locks"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeState:
+    """What open() found. `done` holds every id of the run that needs no more work (all workers' ids: filter
+    with `owns`); `accepted`/`rejected` count this worker's share; `rejected_ids` are the ids only in rejects."""
+
+    done: DoneSet
+    accepted: int
+    rejected: int
+    rejected_ids: DoneSet
+    total_accepted: int = 0
+    total_rejected: int = 0
+    recovered_rows: int = 0
+
+
+class RunStore:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        worker_index: int,
+        num_workers: int,
+        keep_fields: Sequence[str],
+        shard_rows: int = 10000,
+        row_group_rows: int = 512,
+        sync_interval_s: float = 1.0,
+    ) -> None:
+        check_partition(worker_index, num_workers)
+        if shard_rows < 1 or row_group_rows < 1:
+            raise ValueError("shard_rows and row_group_rows must be positive")
+        self.run_dir = Path(run_dir)
+        self.worker_index = worker_index
+        self.num_workers = num_workers
+        self.shard_rows = shard_rows
+        self.row_group_rows = min(row_group_rows, shard_rows)
+        self.sync_interval_s = sync_interval_s
+        self._schemas = {SHARDS: shard_schema(keep_fields), REJECTS: reject_schema(keep_fields)}
+        self._buffer: list[tuple[str, dict[str, Any], bytes]] = []
+        self._buffer_lock = threading.Lock()  # add_* on the event loop vs the sync thread
+        self._io_lock = threading.Lock()  # one sync/commit at a time
+        self._lock: FileLock | None = None
+        self._journal: JournalWriter | None = None
+        self._parts: dict[str, PartWriter] = {}
+        self._retry_parts: dict[Path, np.ndarray] = {}  # retry_rejects: old rejects parts and their hashes
+        self._failed: OutputError | None = None
+        self._closed = False
+
+    # -- open / resume -------------------------------------------------------------------------------------------
+
+    def open(self, *, retry_rejects: bool = False) -> ResumeState:
+        if self._lock is not None or self._closed:
+            raise RuntimeError("a RunStore opens once")
+        with output_errors(self.run_dir, "create the run directory"):
+            for sub in (SHARDS, REJECTS, JOURNAL, LOCKS):
+                (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._lock = take_worker_lock(self.run_dir, self.worker_index)
+        try:
+            return self._resume(retry_rejects)
+        except BaseException:
+            self._release()
+            raise
+
+    def _resume(self, retry_rejects: bool) -> ResumeState:
+        index = CommittedIndex(self.run_dir)
+        index.refresh()
+        recovered = self._recover_worker(self.worker_index, index)
+        for worker in sorted(self._other_workers()):
+            lock = FileLock(worker_lock_path(self.run_dir, worker))
+            if lock.acquire():
+                try:
+                    recovered += self._recover_worker(worker, index)
+                finally:
+                    lock.release()
+        settle(self.run_dir, index)
+        # Journals before committed parts: a row moving from one to the other meanwhile is seen at least once.
+        live = id_hashes(e.row["id"] for j in list_journals(self.run_dir / JOURNAL) for e in read_journal(j.path))
+        index.refresh()
+        state = self._resume_state(index, live, retry_rejects, recovered)
+        if retry_rejects:
+            self._retry_parts = {p.path: p.hashes for p in index.parts.values() if p.kind == REJECTS}
+        seq = self._next_seq()
+        self._journal = JournalWriter(self.run_dir / JOURNAL, self.worker_index, seq)
+        self._new_parts(seq)
+        return state
+
+    def _recover_worker(self, worker: int, index: CommittedIndex) -> int:
+        """Recover every journal and temp file of `worker`, whose lock the caller holds."""
+        for kind in (SHARDS, REJECTS):
+            remove_tmp_files(self.run_dir / kind, worker)
+        journals = [j for j in list_journals(self.run_dir / JOURNAL) if j.worker == worker]
+        return sum(recover_journal(self.run_dir, j, index, self._schemas, self.row_group_rows) for j in journals)
+
+    def _other_workers(self) -> set[int]:
+        workers = {j.worker for j in list_journals(self.run_dir / JOURNAL)}
+        for kind in (SHARDS, REJECTS):
+            workers |= tmp_workers(self.run_dir / kind)
+        workers.discard(self.worker_index)
+        return workers
+
+    def _resume_state(
+        self, index: CommittedIndex, live: np.ndarray, retry_rejects: bool, recovered: int
+    ) -> ResumeState:
+        accepted = index.done(SHARDS)
+        rejected = index.done(REJECTS).difference(accepted)
+        parts = [accepted.to_array(), live]
+        if not retry_rejects:
+            parts.append(rejected.to_array())
+        mine = (self.worker_index, self.num_workers)
+        return ResumeState(
+            done=DoneSet(np.concatenate(parts)),
+            accepted=int(owns_many(accepted.to_array(), *mine).sum()),
+            rejected=int(owns_many(rejected.to_array(), *mine).sum()),
+            rejected_ids=rejected,
+            total_accepted=len(accepted),
+            total_rejected=len(rejected),
+            recovered_rows=recovered,
+        )
+
+    def _next_seq(self) -> int:
+        seqs = [j.seq for j in list_journals(self.run_dir / JOURNAL) if j.worker == self.worker_index]
+        for kind in (SHARDS, REJECTS):
+            seqs += part_seqs(self.run_dir / kind, self.worker_index)
+        return max(seqs, default=-1) + 1
+
+    def _new_parts(self, seq: int) -> None:
+        self._parts = {
+            kind: PartWriter(self.run_dir / kind, self._schemas[kind], self.worker_index, seq, self.row_group_rows)
+            for kind in (SHARDS, REJECTS)
+        }
+
+    # -- rows ----------------------------------------------------------------------------------------------------
+
+    def add_accepted(self, row: dict[str, Any]) -> None:
+        self._add(ACCEPTED, row)
+
+    def add_rejected(self, row: dict[str, Any]) -> None:
+        self._add(REJECTED, row)
+
+    def _add(self, kind: str, row: dict[str, Any]) -> None:
+        self._check_usable()
+        line = encode(kind, row)
+        with self._buffer_lock:
+            self._buffer.append((kind, row, line))
+
+    @property
+    def buffered_rows(self) -> int:
+        """Rows held in memory: not yet journaled, or journaled and waiting for a full row group."""
+        return len(self._buffer) + sum(len(p.buffer) for p in self._parts.values())
+
+    @property
+    def needs_sync(self) -> bool:
+        """More rows are waiting than one row group: sync now rather than at the next interval."""
+        return len(self._buffer) >= self.row_group_rows
+
+    # -- sync / commit -------------------------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        await asyncio.to_thread(self.sync_blocking)
+
+    def sync_blocking(self) -> None:
+        """Make every row added so far durable in the journal; stream and commit parts as they fill."""
+        self._check_usable()
+        with self._io_lock:
+            with self._buffer_lock:
+                batch, self._buffer = self._buffer, []
+            try:
+                self._write(batch)
+            except OutputError as exc:
+                self._failed = exc
+                raise
+
+    def _write(self, batch: list[tuple[str, dict[str, Any], bytes]]) -> None:
+        assert self._journal is not None
+        start = 0
+        while start < len(batch):
+            end = self._chunk_end(batch, start)
+            self._journal.append([line for _, _, line in batch[start:end]])
+            for kind, row, _ in batch[start:end]:
+                part = self._parts[SHARDS if kind == ACCEPTED else REJECTS]
+                part.add(row)
+                part.write_full_groups()
+            if any(p.rows >= self.shard_rows for p in self._parts.values()):
+                self._commit()
+            start = end
+
+    def _chunk_end(self, batch: list[tuple[str, dict[str, Any], bytes]], start: int) -> int:
+        """End of the rows that fit in the current parts: a journal seq never spans two parts."""
+        room = {kind: self.shard_rows - part.rows for kind, part in self._parts.items()}
+        for i in range(start, len(batch)):
+            kind = SHARDS if batch[i][0] == ACCEPTED else REJECTS
+            room[kind] -= 1
+            if room[kind] == 0:
+                return i + 1
+        return len(batch)
+
+    def _commit(self) -> None:
+        """Commit both parts of the current seq, then rotate the journal. Crash-safe at every step."""
+        assert self._journal is not None
+        committed: list[str] = []
+        for kind, part in self._parts.items():
+            if part.commit() is not None:
+                with output_errors(self.run_dir / kind, "sync the directory"):
+                    fsync_dir(self.run_dir / kind)
+                committed += part.ids
+        self._journal.rotate()
+        self._new_parts(self._journal.seq)
+        if self._retry_parts and committed:
+            self._leave_rejects(id_hashes(committed))
+
+    def _leave_rejects(self, hashes: np.ndarray) -> None:
+        """Retried ids now committed again leave their old rejects parts (a crash here is settled on open)."""
+        moved = {path: old[np.isin(old, hashes)] for path, old in self._retry_parts.items()}
+        moved = {path: m for path, m in moved.items() if len(m)}
+        if not moved:
+            return
+        remove_ids(self.run_dir, list(moved), np.concatenate(list(moved.values())))
+        for path, m in moved.items():
+            self._retry_parts[path] = np.setdiff1d(self._retry_parts[path], m)
+
+    # -- close ---------------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Sync, commit the partial parts, delete the journal, release the lock. After a failed sync, only
+        releases: the journal keeps every synced row for the next open()."""
+        if self._closed or self._lock is None:
+            self._closed = True
+            return
+        try:
+            if self._failed is None:
+                self.sync_blocking()
+                with self._io_lock:
+                    if any(p.rows for p in self._parts.values()):
+                        self._commit()
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        """Stop without committing, as a crash would (the journal is recovered by the next open())."""
+        for part in self._parts.values():
+            part.discard()
+        self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        if self._journal is not None:
+            self._journal.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise OutputError(f"the store stopped after an earlier error: {self._failed}")
+        if self._lock is None or self._closed:
+            raise RuntimeError("RunStore is not open (call open() first; a closed store cannot be reused)")
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,196 @@
+"""Part files under shards/ and rejects/: streamed into a hidden temp file, committed by rename.
+
+A part is named `part-w{worker}-{seq:05d}-{uuid8}.parquet`; while it is being written it is
+`.worker-{worker}-{seq}.parquet.tmp` in the same directory, so every `*.parquet` a reader can see is complete.
+Rows reach the temp file one row group at a time, so memory is bounded by `row_group_rows`, not the part size.
+The temp file is not durable and needs not be: the journal holds the same rows until the part is committed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..schema import to_table
+from .durable import fsync_dir, fsync_file, output_errors, unlink_quiet
+from .partition import id_hashes
+
+SHARDS = "shards"
+REJECTS = "rejects"
+COMPRESSION = "zstd"
+
+_PART = re.compile(r"^part-w(\d+)-(\d+)-[0-9a-f]+\.parquet$")
+_TMP = re.compile(r"^\.worker-(\d+)-(\d+)\.parquet\.tmp$")
+_REWRITE_TMP = re.compile(r"^\.rewrite-.*\.tmp$")
+
+
+def part_name(worker: int, seq: int) -> str:
+    return f"part-w{worker}-{seq:05d}-{uuid.uuid4().hex[:8]}.parquet"
+
+
+def tmp_name(worker: int, seq: int) -> str:
+    return f".worker-{worker}-{seq}.parquet.tmp"
+
+
+def list_parts(directory: Path) -> list[Path]:
+    """The committed part files of one directory (every visible `*.parquet`), sorted by name."""
+    if not directory.is_dir():
+        return []
+    names = [e.name for e in os.scandir(directory) if e.name.endswith(".parquet") and not e.name.startswith(".")]
+    return [directory / name for name in sorted(names)]
+
+
+def part_seqs(directory: Path, worker: int) -> list[int]:
+    """Seq numbers of `worker`'s committed parts in `directory`."""
+    if not directory.is_dir():
+        return []
+    return [int(m[2]) for e in os.scandir(directory) if (m := _PART.match(e.name)) and int(m[1]) == worker]
+
+
+def tmp_workers(directory: Path) -> set[int]:
+    if not directory.is_dir():
+        return set()
+    return {int(m[1]) for e in os.scandir(directory) if (m := _TMP.match(e.name))}
+
+
+def remove_tmp_files(directory: Path, worker: int) -> None:
+    """Delete the temp parts `worker` left behind; only the holder of that worker's lock may call this."""
+    with output_errors(directory, "remove orphan temp files in"):
+        for entry in os.scandir(directory):
+            match = _TMP.match(entry.name)
+            if match and int(match[1]) == worker:
+                unlink_quiet(Path(entry.path))
+
+
+def remove_rewrite_tmp_files(directory: Path) -> None:
+    """Delete temp files of interrupted rewrites; only the holder of the rewrite lock may call this."""
+    with output_errors(directory, "remove orphan temp files in"):
+        for entry in os.scandir(directory):
+            if _REWRITE_TMP.match(entry.name):
+                unlink_quiet(Path(entry.path))
+
+
+def read_ids(path: Path) -> list[str]:
+    """The `id` column of one committed part (no other column is read)."""
+    table = pq.ParquetFile(path).read(columns=["id"])
+    return table.column("id").to_pylist()
+
+
+class PartWriter:
+    """One part being filled: rows are buffered up to `row_group_rows`, then written as one row group."""
+
+    def __init__(self, directory: Path, schema: pa.Schema, worker: int, seq: int, row_group_rows: int) -> None:
+        self.directory = directory
+        self.schema = schema
+        self.worker = worker
+        self.seq = seq
+        self.row_group_rows = row_group_rows
+        self.rows = 0  # rows added to this part, written or buffered
+        self.buffer: list[dict[str, Any]] = []
+        self.ids: list[str] = []
+        self._writer: pq.ParquetWriter | None = None
+
+    @property
+    def tmp_path(self) -> Path:
+        return self.directory / tmp_name(self.worker, self.seq)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.buffer.append(row)
+        self.ids.append(row["id"])
+        self.rows += 1
+
+    def write_full_groups(self) -> None:
+        while len(self.buffer) >= self.row_group_rows:
+            self._write_group(self.buffer[: self.row_group_rows])
+            del self.buffer[: self.row_group_rows]
+
+    def commit(self) -> Path | None:
+        """Write the rest, fsync, rename into place. Returns the committed path (None if the part is empty).
+
+        The caller fsyncs the directory (once for all parts of a commit).
+        """
+        if self.rows == 0:
+            return None
+        if self.buffer:
+            self._write_group(self.buffer)
+            self.buffer = []
+        final = self.directory / part_name(self.worker, self.seq)
+        with output_errors(self.tmp_path, "commit the part file"):
+            assert self._writer is not None
+            writer, self._writer = self._writer, None
+            writer.close()
+            fsync_file(self.tmp_path)
+            os.rename(self.tmp_path, final)
+        return final
+
+    def discard(self) -> None:
+        """Drop the temp file (its rows are still in the journal)."""
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except OSError:
+                pass
+        unlink_quiet(self.tmp_path)
+
+    def _write_group(self, rows: list[dict[str, Any]]) -> None:
+        table = to_table(rows, self.schema)
+        with output_errors(self.tmp_path, "write the part file"):
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.tmp_path, self.schema, compression=COMPRESSION)
+            self._writer.write_table(table, row_group_size=len(rows))
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    path: Path
+    kept: int
+    dropped: int
+
+
+def rewrite_without(path: Path, drop: Callable[[pa.Table], np.ndarray]) -> Rewrite:
+    """Atomically replace a committed part by itself minus the rows where `drop(table)` is True.
+
+    Written to a hidden temp file, fsynced, renamed over the original (deleted if no row is left). Readers see the
+    old file or the new one, never a mix. The caller must hold the rewrite lock.
+    """
+    table = pq.ParquetFile(path).read()
+    mask = np.asarray(drop(table), dtype=bool)
+    dropped = int(mask.sum())
+    if dropped == 0:
+        return Rewrite(path, len(table), 0)
+    kept = table.filter(pa.array(~mask))
+    with output_errors(path, "rewrite the committed part"):
+        if len(kept) == 0:
+            path.unlink()
+        else:
+            tmp = path.with_name(f".rewrite-{path.name}.tmp")
+            pq.write_table(kept, tmp, compression=COMPRESSION, row_group_size=512)
+            fsync_file(tmp)
+            os.replace(tmp, path)
+        fsync_dir(path.parent)
+    return Rewrite(path, len(kept), dropped)
+
+
+def drop_hashes(hashes: np.ndarray) -> Callable[[pa.Table], np.ndarray]:
+    """A `drop` predicate for `rewrite_without`: rows whose id hashes into `hashes`."""
+
+    def drop(table: pa.Table) -> np.ndarray:
+        return np.isin(id_hashes(table.column("id").to_pylist()), hashes)
+
+    return drop
+
+
+def write_rows(writer: PartWriter, rows: Iterable[dict[str, Any]]) -> None:
+    for row in rows:
+        writer.add(row)
+        writer.write_full_groups()
