@@ -1,0 +1,505 @@
+"""The prompt reader: `[input]` in, a stream of `Prompt` (or `BadInput`) batches out.
+
+It owns everything between the input files and the dispatcher: resolving `input.path` (a file, a folder, a glob,
+or a `datasets` save_to_disk folder), reading each format without loading the dataset (JSONL line by line, Parquet
+by record batch, Arrow IPC memory-mapped), turning each row into chat messages, giving it an id, and finding
+duplicate ids before anything is sent.
+
+Row numbers in `source` ("file:row") are 1-based line numbers for JSONL and OpenAI batch files (what an editor
+shows) and 0-based row indices for Parquet and Arrow files (what `pyarrow` and `datasets` indexing use).
+
+Ids are the `id_field` value as a string (integers are converted). A row without one gets a content hash: the first
+16 hex digits of sha256 over the canonical JSON (sorted keys, no whitespace) of its final messages, that is after
+`system_prompt` is prepended. The hash is stable across runs and machines, but changing `system_prompt` changes
+it, and identical prompts without ids hash alike, so they count as duplicates. A bad row with no usable id gets
+"bad-input:<file name>:<row>" (the path relative to the inputs' common folder when two files share a name).
+
+Duplicates: `check_duplicates` puts a 64-bit hash of every id into a numpy array (8 bytes a row, 8 MB per million
+rows), sorts it to find the few hashes seen more than once, then rereads only the ids with those hashes to confirm
+them exactly, so a hash collision is never reported. With `dedupe`, `iter_batches` remembers only the ids known to
+repeat, so its memory grows with the number of duplicates, not with the dataset.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .config import InputConfig
+from .errors import ConfigError, InputError
+from .records import BadInput, Prompt
+from .schema import stringify
+
+FORMATS = ("auto", "jsonl", "parquet", "datasets", "openai-batch")
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+BATCH_URL = "/v1/chat/completions"
+REQUEST_OVERRIDES = "_request_overrides"  # Prompt.extra key holding an OpenAI batch body's sampling fields
+# Sampling fields of an OpenAI batch body, and whether each must be an integer (else any number).
+SAMPLING_FIELDS = {
+    "temperature": False,
+    "top_p": False,
+    "top_k": True,
+    "min_p": False,
+    "max_tokens": True,
+    "max_completion_tokens": True,
+    "seed": True,
+}
+_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson")
+_KIND_BY_FORMAT = {"jsonl": "jsonl", "openai-batch": "jsonl", "parquet": "parquet", "datasets": "arrow"}
+
+Row = tuple[int, Any]  # (row number, parsed object or _Broken)
+
+
+@dataclass(frozen=True, slots=True)
+class _Broken:
+    """A row that could not even be parsed (invalid JSON, not UTF-8)."""
+
+    detail: str
+
+
+class _Problem(Exception):
+    """Why a parsed row cannot become a Prompt; caught in `_normalise`, never escapes the reader."""
+
+
+def content_id(messages: Sequence[dict[str, str]]) -> str:
+    """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
+    blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class PromptReader:
+    """Reads `[input]` as batches of `Prompt | BadInput`, streamed, `cfg.batch_rows` at a time."""
+
+    def __init__(self, cfg: InputConfig, *, path_override: str | None = None):
+        if cfg.format not in FORMATS:
+            raise ConfigError(f"input.format {cfg.format!r} is not one of {', '.join(FORMATS)}")
+        if cfg.batch_rows < 1:
+            raise ConfigError(f"input.batch_rows must be at least 1, got {cfg.batch_rows}")
+        self._cfg = cfg
+        self._pattern = path_override if path_override is not None else cfg.path
+        self._openai = cfg.format == "openai-batch"
+        self._kinds: dict[Path, str] | None = None
+        self._labels: dict[Path, str] = {}
+        self._repeats: dict[str, int] | None = None  # id -> occurrences, for ids seen more than once
+        self._total = 0  # rows in the input, set by the duplicate pass
+
+    # ------------------------------------------------------------ public API
+
+    def files(self) -> list[Path]:
+        """The input files, in reading order: sorted matches, and a datasets folder's files in its own order."""
+        if self._kinds is None:
+            self._kinds = _resolve(self._pattern, self._cfg.format)
+            self._labels = _labels(list(self._kinds))
+        return list(self._kinds)
+
+    def iter_batches(self) -> Iterator[list[Prompt | BadInput]]:
+        """Every row as a Prompt or a BadInput, in file order, in lists of `batch_rows` (the last may be shorter).
+
+        With `dedupe`, a repeated id is yielded once, at its first row; this runs `check_duplicates` first if it
+        has not run yet.
+        """
+        repeats = self._duplicates() if self._cfg.dedupe else {}
+        seen: set[str] = set()
+        batch: list[Prompt | BadInput] = []
+        for path, rows in self._chunks(self._columns(with_keep=True), ids_only=None):
+            for row, data in rows:
+                item = self._normalise(path, row, data)
+                if item.id in repeats:
+                    if item.id in seen:
+                        continue
+                    seen.add(item.id)
+                batch.append(item)
+                if len(batch) == self._cfg.batch_rows:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def scan_ids(self) -> Iterator[list[str]]:
+        """The id of every row (duplicates included), as iter_batches gives it, without building Prompts.
+
+        Parquet files whose id column has no nulls (by the footer statistics) are read for that column only.
+        """
+        for _, rows in self._scan():
+            yield [item_id for _, item_id in rows]
+
+    def check_duplicates(self) -> int:
+        """Find repeated ids in a streamed pass; returns how many items iter_batches will yield.
+
+        Without `dedupe` a repeated id is an InputError naming up to 5 of them with their file:row. With `dedupe`
+        the count excludes the later copies that iter_batches skips.
+        """
+        repeats = self._duplicates()
+        if repeats and not self._cfg.dedupe:
+            raise InputError(self._duplicate_message(repeats))
+        return self._total - sum(n - 1 for n in repeats.values())
+
+    # ------------------------------------------------------------ duplicates
+
+    def _duplicates(self) -> dict[str, int]:
+        if self._repeats is not None:
+            return self._repeats
+        parts = [np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids)) for ids in self.scan_ids()]
+        hashes = np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        self._total = len(hashes)
+        suspects = set(np.unique(hashes[1:][hashes[1:] == hashes[:-1]]).tolist())
+        counts: dict[str, int] = {}
+        if suspects:  # a second pass, only when some hash repeats; it keeps the suspects' ids exactly
+            for _, rows in self._scan():
+                for _, item_id in rows:
+                    if hash(item_id) in suspects:
+                        counts[item_id] = counts.get(item_id, 0) + 1
+        self._repeats = {item_id: n for item_id, n in counts.items() if n > 1}
+        return self._repeats
+
+    def _duplicate_message(self, repeats: dict[str, int]) -> str:
+        examples = dict.fromkeys(list(repeats)[:5])
+        where: dict[str, list[str]] = {item_id: [] for item_id in examples}
+        for path, rows in self._scan():
+            for row, item_id in rows:
+                if item_id in where and len(where[item_id]) < 3:
+                    where[item_id].append(f"{path}:{row}")
+        shown = "; ".join(f"{item_id!r} at {', '.join(places)}" for item_id, places in where.items())
+        extra = sum(n - 1 for n in repeats.values())
+        return (
+            f"{self._pattern}: {len(repeats)} ids occur more than once ({extra} extra rows): {shown}. "
+            "Fix the input or set input.dedupe = true to keep the first row of each id."
+        )
+
+    # ------------------------------------------------------------ reading
+
+    def _columns(self, *, with_keep: bool) -> list[str]:
+        cfg = self._cfg
+        cols = [cfg.id_field, cfg.messages_field, cfg.prompt_field, *(cfg.keep_fields if with_keep else ())]
+        return list(dict.fromkeys(cols))
+
+    def _chunks(self, columns: list[str], ids_only: str | None) -> Iterator[tuple[Path, list[Row]]]:
+        size = self._cfg.batch_rows
+        self.files()
+        assert self._kinds is not None
+        for path, kind in self._kinds.items():
+            if kind == "jsonl":
+                chunks = _jsonl_rows(path, size)
+            elif kind == "parquet":
+                chunks = _parquet_rows(path, columns, size, ids_only)
+            else:
+                chunks = _arrow_rows(path, columns, size, ids_only)
+            for rows in chunks:
+                yield path, rows
+
+    def _scan(self) -> Iterator[tuple[Path, list[tuple[int, str]]]]:
+        ids_only = None if self._openai else self._cfg.id_field
+        for path, rows in self._chunks(self._columns(with_keep=False), ids_only):
+            yield path, [(row, self._row_id(path, row, data)) for row, data in rows]
+
+    # ------------------------------------------------------------ rows
+
+    def _row_id(self, path: Path, row: int, data: Any) -> str:
+        """The id `_normalise` would give, cheaply when the row carries one."""
+        if isinstance(data, dict):
+            try:
+                given = self._given_id(data)
+            except _Problem:
+                return self._bad_id(path, row)
+            if given is not None:
+                return given
+        return self._normalise(path, row, data).id
+
+    def _normalise(self, path: Path, row: int, data: Any) -> Prompt | BadInput:
+        source = f"{path}:{row}"
+        if isinstance(data, _Broken):
+            return BadInput(self._bad_id(path, row), source, data.detail, self._keep({}))
+        if not isinstance(data, dict):
+            detail = f"row is a JSON {_tname(data)}, not an object"
+            return BadInput(self._bad_id(path, row), source, detail, self._keep({}))
+        given: str | None = None
+        try:
+            given = self._given_id(data)
+            messages, overrides = self._openai_request(data) if self._openai else (self._messages(data), None)
+        except _Problem as problem:
+            return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
+        extra = self._keep(data)
+        if overrides is not None:
+            extra[REQUEST_OVERRIDES] = overrides
+        return Prompt(given or content_id(messages), messages, source, extra)
+
+    def _given_id(self, data: dict[str, Any]) -> str | None:
+        """The row's own id; None when it has none; _Problem when it has one that cannot be used."""
+        key = "custom_id" if self._openai else self._cfg.id_field
+        value = data.get(key)
+        if value is None:
+            if self._openai:
+                raise _Problem("missing custom_id")
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise _Problem(f"{key} must be a string or an integer, got {_tname(value)} {_short(value)}")
+        if not str(value).strip():
+            raise _Problem(f"{key} is empty")
+        return str(value)
+
+    def _messages(self, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
+        mf, pf = self._cfg.messages_field, self._cfg.prompt_field
+        if data.get(mf) is not None:
+            return self._with_system(_check_messages(data[mf], mf))
+        prompt = data.get(pf)
+        if prompt is None:
+            raise _Problem(f"no {mf!r} or {pf!r} field")
+        if not isinstance(prompt, str):
+            raise _Problem(f"{pf} must be a string, got {_tname(prompt)} {_short(prompt)}")
+        if not prompt.strip():
+            raise _Problem(f"{pf} is empty")
+        return self._with_system(({"role": "user", "content": prompt},))
+
+    def _openai_request(self, data: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], dict[str, Any]]:
+        method, url, body = data.get("method"), data.get("url"), data.get("body")
+        if method != "POST":
+            raise _Problem(f"method must be 'POST', got {_short(method)}")
+        if url != BATCH_URL:
+            raise _Problem(f"url must be {BATCH_URL!r}, got {_short(url)}")
+        if not isinstance(body, dict):
+            raise _Problem(f"body must be an object, got {_tname(body)}")
+        if body.get("messages") is None:
+            raise _Problem("body has no messages")
+        messages = self._with_system(_check_messages(body["messages"], "body.messages"))
+        return messages, _sampling(body)
+
+    def _with_system(self, messages: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
+        system = self._cfg.system_prompt
+        if not system or any(m["role"] == "system" for m in messages):
+            return messages
+        return ({"role": "system", "content": system}, *messages)
+
+    def _keep(self, data: dict[str, Any]) -> dict[str, Any]:
+        body = data.get("body") if self._openai else None
+        extra: dict[str, Any] = {}
+        for name in self._cfg.keep_fields:
+            value = data.get(name)
+            if value is None and isinstance(body, dict):
+                value = body.get(name)
+            extra[name] = stringify(value)
+        return extra
+
+    def _bad_id(self, path: Path, row: int) -> str:
+        return f"bad-input:{self._labels.get(path, path.name)}:{row}"
+
+
+# ---------------------------------------------------------------- row checks
+
+
+def _check_messages(value: Any, name: str) -> tuple[dict[str, str], ...]:
+    if not isinstance(value, list):
+        raise _Problem(f"{name} must be a list of {{role, content}} objects, got {_tname(value)}")
+    if not value:
+        raise _Problem(f"{name} is empty")
+    out = []
+    for i, message in enumerate(value):
+        where = f"{name}[{i}]"
+        if not isinstance(message, dict):
+            raise _Problem(f"{where} must be an object with role and content, got {_tname(message)}")
+        role, content = message.get("role"), message.get("content")
+        if role is None or content is None:
+            raise _Problem(f"{where} has no {'role' if role is None else 'content'}")
+        if not isinstance(role, str) or role not in ROLES:
+            raise _Problem(f"{where}.role must be one of {', '.join(sorted(ROLES))}, got {_short(role)}")
+        if not isinstance(content, str):
+            raise _Problem(f"{where}.content must be a string, got {_tname(content)}")
+        if not content.strip():
+            raise _Problem(f"{where}.content is empty")
+        out.append({"role": role, "content": content})
+    return tuple(out)
+
+
+def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling fields an OpenAI batch body sets; the runner decides whether to honour them."""
+    out: dict[str, Any] = {}
+    for key, integer in SAMPLING_FIELDS.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+            kind = "an integer" if integer else "a number"
+            raise _Problem(f"body.{key} must be {kind}, got {_tname(value)} {_short(value)}")
+        out[key] = value
+    return out
+
+
+def _tname(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------- resolving paths
+
+
+def _resolve(pattern: str, fmt: str) -> dict[Path, str]:
+    """Input files and the reader kind of each (jsonl, parquet, arrow), in reading order."""
+    named = not glob.has_magic(pattern)  # a file named on its own must be readable; glob matches may be skipped
+    if not named:
+        matches = [Path(m) for m in sorted(glob.glob(pattern, recursive=True))]
+        if not matches:
+            raise InputError(f"{pattern}: no input files match")
+    else:
+        matches = [Path(pattern)]
+        if not matches[0].exists():
+            raise InputError(f"{pattern}: input path not found")
+    kinds: dict[Path, str] = {}
+    for path in matches:
+        if path.is_dir():
+            kinds.update(_folder(path, fmt))
+        elif kind := _kind(path, fmt, named=named):
+            kinds[path] = kind
+    if not kinds:
+        raise InputError(f"{pattern}: no .jsonl, .parquet or .arrow files match")
+    return kinds
+
+
+def _kind(path: Path, fmt: str, *, named: bool) -> str:
+    """How to read `path`: by `fmt`, else by extension. A file named on its own must be readable ('' skips)."""
+    name = path.name.lower()
+    if fmt == "openai-batch" or fmt == "jsonl":
+        kind = "jsonl" if name.endswith(_JSONL_SUFFIXES) or named else ""
+    elif fmt in _KIND_BY_FORMAT:
+        kind = _KIND_BY_FORMAT[fmt] if name.endswith((".parquet", ".arrow")) or named else ""
+    elif name.endswith(_JSONL_SUFFIXES):
+        kind = "jsonl"
+    else:
+        kind = {".parquet": "parquet", ".arrow": "arrow"}.get(path.suffix.lower(), "")
+    if named and not kind:
+        raise InputError(f"{path}: cannot tell the format from the name; set input.format")
+    return kind
+
+
+def _folder(path: Path, fmt: str) -> dict[Path, str]:
+    if (path / "dataset_dict.json").exists():
+        splits = sorted(p.name for p in path.iterdir() if (p / "state.json").exists())
+        raise InputError(f"{path}: a DatasetDict folder; set input.path to one split ({', '.join(splits)})")
+    state = path / "state.json"
+    if state.exists() and fmt in ("auto", "datasets"):
+        try:
+            names = [entry["filename"] for entry in orjson.loads(state.read_bytes())["_data_files"]]
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise InputError(f"{state}: not a readable datasets state file: {exc}") from None
+        return {path / name: "arrow" for name in names}
+    if fmt == "datasets":
+        raise InputError(f"{path}: not a datasets save_to_disk folder (no state.json)")
+    kinds = {}
+    for child in sorted(path.iterdir()):
+        if child.is_file() and not child.name.startswith((".", "_")) and (kind := _kind(child, fmt, named=False)):
+            kinds[child] = kind
+    return kinds
+
+
+def _labels(paths: list[Path]) -> dict[Path, str]:
+    """The short name of each file used in bad-input ids: its name, or a relative path when names clash."""
+    names = [p.name for p in paths]
+    if len(set(names)) == len(names):
+        return dict(zip(paths, names, strict=True))
+    root = os.path.commonpath([str(p.absolute()) for p in paths])
+    return {p: os.path.relpath(p.absolute(), root) for p in paths}
+
+
+# ---------------------------------------------------------------- file readers
+
+
+def _jsonl_rows(path: Path, size: int) -> Iterator[list[Row]]:
+    """Parsed lines, `size` at a time; blank lines are skipped, a BOM on the first line is ignored."""
+    try:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb") as fh:
+            rows: list[Row] = []
+            for lineno, line in enumerate(fh, 1):
+                if lineno == 1:
+                    line = line.removeprefix(b"\xef\xbb\xbf")
+                if line.strip():
+                    rows.append((lineno, _parse_line(line)))
+                    if len(rows) == size:
+                        yield rows
+                        rows = []
+            if rows:
+                yield rows
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+
+
+def _parse_line(line: bytes) -> Any:
+    line = line.rstrip(b"\r\n")  # so a truncated last value reads as "unexpected end", not a control character
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _Broken(f"line is not valid UTF-8 (byte {exc.start}: {line[exc.start : exc.start + 1]!r})")
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return _Broken(f"invalid JSON: {exc}")
+
+
+def _parquet_rows(path: Path, columns: list[str], size: int, ids_only: str | None) -> Iterator[list[Row]]:
+    """Rows as dicts of the wanted columns, one record batch at a time (at most one row group in memory)."""
+    try:
+        pf = pq.ParquetFile(path)
+        names = [c for c in columns if c in pf.schema_arrow.names] or None
+        if ids_only is not None and _never_null(pf, ids_only):
+            names = [ids_only]
+        start = 0
+        for batch in pf.iter_batches(batch_size=size, columns=names):
+            yield list(enumerate(batch.to_pylist(), start))
+            start += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read Parquet: {exc}") from None
+
+
+def _never_null(pf: pq.ParquetFile, name: str) -> bool:
+    """Whether the footer statistics prove the flat column `name` has no nulls (so ids need no other column)."""
+    meta = pf.metadata
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        stats = next(
+            (c.statistics for c in map(group.column, range(group.num_columns)) if c.path_in_schema == name), None
+        )
+        if stats is None or not stats.has_null_count or stats.null_count > 0:
+            return False
+    return meta.num_row_groups > 0
+
+
+def _arrow_rows(path: Path, columns: list[str], size: int, ids_only: str | None) -> Iterator[list[Row]]:
+    """Rows of an Arrow IPC file (stream or file format, as `datasets` writes), memory-mapped."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            start = 0
+            for batch in _ipc_batches(source):
+                names = [c for c in columns if c in batch.schema.names]
+                if ids_only in names and batch.column(ids_only).null_count == 0:
+                    names = [ids_only]
+                batch = batch.select(names) if names else batch
+                for offset in range(0, batch.num_rows, size):
+                    yield list(enumerate(batch.slice(offset, size).to_pylist(), start + offset))
+                start += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read Arrow: {exc}") from None
+
+
+def _ipc_batches(source: pa.MemoryMappedFile) -> Iterator[pa.RecordBatch]:
+    magic = source.read(6)
+    source.seek(0)
+    if magic == b"ARROW1":
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        yield from pa.ipc.open_stream(source)
