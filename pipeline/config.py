@@ -108,6 +108,7 @@ class Config:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     endpoints: tuple[EndpointConfig, ...] = (EndpointConfig(url="sim"),)
+    endpoints_file: str = ""  # re-read while running: one URL per line (optionally "URL concurrency"), or TOML
     expect: dict[str, Any] = field(default_factory=dict)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
@@ -134,6 +135,31 @@ def _plain(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------- loading
+
+
+def read_endpoints_file(path: str | Path, default_concurrency: int = 64) -> tuple[EndpointConfig, ...]:
+    """Endpoints from a file: TOML with [[endpoints]] tables, or one `URL [concurrency]` per line (# comments)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if "[[endpoints]]" in text:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        extra = set(data) - {"endpoints"}
+        if extra:
+            raise ConfigError(f"{path}: unknown key {sorted(extra)[0]!r}; an endpoints file holds [[endpoints]] only")
+        built = _coerce(tuple[EndpointConfig, ...], data["endpoints"], path="endpoints", where=str(path))
+        return typing.cast(tuple[EndpointConfig, ...], built)
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) > 2 or (len(fields) == 2 and not fields[1].isdigit()):
+            raise ConfigError(f"{path}:{n}: expected 'URL [concurrency]', got {line.strip()!r}")
+        conc = int(fields[1]) if len(fields) == 2 else default_concurrency
+        out.append(EndpointConfig(url=fields[0], concurrency=conc))
+    return tuple(out)
 
 
 def load_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -> Config:

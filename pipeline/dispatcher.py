@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .config import Config
 from .errors import EndpointDownError, FatalEndpointError, PermanentRequestError, RequestError
 from .metrics import Metrics
-from .pool import Pool
+from .pool import EndpointState, Pool
 from .records import Completion, Prompt
 from .retry import RetryPolicy
 from .schema import accepted_row, rejected_row
@@ -45,13 +45,25 @@ class Dispatcher:
         self.retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
         self.sleep = sleep
         self._rids = itertools.count()
+        self.inflight: set[asyncio.Task[None]] = set()
 
-    async def worker(self, queue: asyncio.Queue[Prompt | None]) -> None:
-        """Take prompts until a None sentinel arrives."""
-        while (prompt := await queue.get()) is not None:
-            await self.process(prompt)
+    async def feed(self, queue: asyncio.Queue[Prompt | None], tg: asyncio.TaskGroup) -> None:
+        """Start one task per free endpoint slot until a None sentinel arrives.
 
-    async def process(self, prompt: Prompt) -> None:
+        A slot is taken before a prompt, so the number of requests in flight follows the pool's free capacity,
+        also when endpoints join or leave during the run; no task exists for a prompt that is not being sent.
+        """
+        while True:
+            ep = await self.pool.acquire()
+            prompt = await queue.get()
+            if prompt is None:
+                await self.pool.release(ep, unused=True)
+                return
+            task = tg.create_task(self.process(prompt, ep))
+            self.inflight.add(task)
+            task.add_done_callback(self.inflight.discard)
+
+    async def process(self, prompt: Prompt, ep: EndpointState | None = None) -> None:
         """Drive one prompt to its final place: exactly one add_accepted or add_rejected call."""
         attempts = 0  # requests that count against max_attempts
         endpoint_failures = 0
@@ -59,12 +71,16 @@ class Dispatcher:
         reason, detail = "exhausted_retries", ""
         while attempts < self.cfg.client.max_attempts:
             rid = f"regen-{prompt.id[:64]}-{attempts}-{next(self._rids)}"
-            ep = await self.pool.acquire()
+            if ep is None:
+                ep = await self.pool.acquire()
             self.metrics.requests += 1
             try:
                 completion = await ep.client.chat(prompt, attempts, rid)
             except FatalEndpointError:
-                await self.pool.release(ep, error=None)
+                await self.pool.release(ep, unused=True)
+                raise
+            except BaseException:  # cancelled (drain timeout): give the slot back, the prompt stays pending
+                await asyncio.shield(self.pool.release(ep, unused=True))
                 raise
             except PermanentRequestError as exc:
                 await self.pool.release(ep)
@@ -76,6 +92,7 @@ class Dispatcher:
                 self.metrics.record_error(str(exc))
                 self.pool.mark_down(ep, str(exc))
                 await self.pool.release(ep, error=exc)
+                ep = None
                 if endpoint_failures >= self.cfg.client.max_endpoint_failures:
                     reason, detail = "exhausted_retries", f"{endpoint_failures} endpoint failures; last: {exc}"
                     break
@@ -85,11 +102,13 @@ class Dispatcher:
                 self.metrics.retries += 1
                 self.metrics.record_error(str(exc))
                 await self.pool.release(ep, error=exc)
+                ep = None
                 reason, detail = "exhausted_retries", f"{attempts} attempts; last: {exc}"
                 if attempts < self.cfg.client.max_attempts:
                     await self.sleep(self.retry.delay_for(attempts, exc.retry_after))
                 continue
             await self.pool.release(ep, latency=completion.latency_s)
+            ep = None
             attempts += 1
             verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
             if verdict.ok:

@@ -142,6 +142,17 @@ class Pool:
         now = self.clock()
         return [ep for ep in self.endpoints if ep.state == DOWN and ep.down_until <= now]
 
+    def add(self, ep: EndpointState) -> None:
+        self.endpoints.append(ep)
+
+    def drain(self, ep: EndpointState) -> None:
+        """Take no new requests; in-flight ones finish."""
+        ep.state = DRAINING
+
+    def undrain(self, ep: EndpointState) -> None:
+        """A drained endpoint was listed again: probe it before use."""
+        ep.state, ep.down_until, ep.cooldown_s = DOWN, 0.0, 1.0
+
     def describe(self) -> str:
         return "; ".join(f"{ep.url} {ep.state} ({ep.last_error or 'ok'})" for ep in self.endpoints)
 

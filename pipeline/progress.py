@@ -39,7 +39,8 @@ class Progress:
             f"regen: run {run_dir}: {snap['done']} prompts finished in {snap['elapsed_s']:.1f}s "
             f"({snap['accepted']} accepted, {snap['rejected']} rejected; "
             f"{snap['already_done']} were already done, {snap['pending']} pending)",
-            f"  throughput: {snap['completions_per_s']:.1f} completions/s, {snap['output_tokens_per_s']:,.0f} output tok/s",
+            f"  throughput: {snap['completions_per_s']:.1f} completions/s, "
+            f"{snap['output_tokens_per_s']:,.0f} output tok/s",
         ]
         if snap["rejected_by_reason"]:
             reasons = ", ".join(f"{k}: {v}" for k, v in sorted(snap["rejected_by_reason"].items()))

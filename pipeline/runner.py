@@ -22,12 +22,12 @@ import numpy as np
 import orjson
 
 from .client import EndpointClient
-from .config import Config, EndpointConfig
+from .config import Config, EndpointConfig, read_endpoints_file
 from .dispatcher import Dispatcher
 from .errors import ConfigError, Interrupted, RegenError
 from .manifest import begin_run, read_manifest, write_manifest
 from .metrics import Metrics
-from .pool import EndpointState, Pool
+from .pool import DRAINING, EndpointState, Pool
 from .reader import PromptReader
 from .records import BadInput, Prompt
 from .schema import bad_input_row
@@ -84,6 +84,7 @@ class Runner:
         self.metrics = Metrics()
         self.stop = asyncio.Event()
         self.pool: Pool | None = None
+        self._stack: AsyncExitStack | None = None
 
     async def main(self) -> RunSummary:
         reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
@@ -135,8 +136,12 @@ class Runner:
     @asynccontextmanager
     async def _endpoints(self) -> AsyncIterator[list[EndpointState]]:
         async with AsyncExitStack() as stack:
+            self._stack = stack
             states = []
-            for ep in self.cfg.endpoints:
+            configured = self.cfg.endpoints
+            if self.cfg.endpoints_file:
+                configured = read_endpoints_file(self.cfg.endpoints_file)
+            for ep in configured:
                 url = await stack.enter_async_context(_endpoint_url(ep))
                 client = EndpointClient(
                     url,
@@ -151,8 +156,8 @@ class Runner:
 
     async def _engine(self, reader: PromptReader, done: DoneSet, store: RunStore) -> bool:
         assert self.pool is not None
-        n_workers = sum(ep.capacity for ep in self.pool.endpoints)
-        queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=self.cfg.client.queue_size or 2 * n_workers)
+        capacity = sum(ep.capacity for ep in self.pool.endpoints)
+        queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=self.cfg.client.queue_size or max(64, capacity))
         dispatcher = Dispatcher(self.cfg, self.pool, store, self.metrics)
         self._install_signals()
         try:
@@ -161,11 +166,14 @@ class Runner:
                     tg.create_task(self._syncer(store)),
                     tg.create_task(self._ticker()),
                     tg.create_task(self._prober()),
+                    tg.create_task(self._watch_endpoints_file()),
                 ]
-                workers = [tg.create_task(dispatcher.worker(queue)) for _ in range(n_workers)]
-                producer = tg.create_task(self._produce(reader, done, store, queue, n_workers))
-                drainer = tg.create_task(self._drain_on_stop(queue, producer, workers, n_workers))
-                await asyncio.gather(*workers, return_exceptions=True)
+                producer = tg.create_task(self._produce(reader, done, store, queue))
+                feeder = tg.create_task(dispatcher.feed(queue, tg))
+                drainer = tg.create_task(self._drain_on_stop(producer, feeder, dispatcher))
+                await asyncio.wait([feeder])
+                while dispatcher.inflight:
+                    await asyncio.wait(list(dispatcher.inflight))
                 for task in [*background, drainer, producer]:
                     task.cancel()
         except* RegenError as group:
@@ -175,7 +183,7 @@ class Runner:
         return self.stop.is_set()
 
     async def _produce(
-        self, reader: PromptReader, done: DoneSet, store: RunStore, queue: asyncio.Queue[Prompt | None], n: int
+        self, reader: PromptReader, done: DoneSet, store: RunStore, queue: asyncio.Queue[Prompt | None]
     ) -> None:
         budget = self.opt.limit if self.opt.limit is not None else -1
         batches = iter(reader.iter_batches())
@@ -191,28 +199,68 @@ class Runner:
                     self.metrics.record_reject("bad_input")
                 else:
                     await queue.put(item)
-        for _ in range(n):
-            await queue.put(None)
+        await queue.put(None)
 
-    async def _drain_on_stop(
-        self,
-        queue: asyncio.Queue[Prompt | None],
-        producer: asyncio.Task[None],
-        workers: list[asyncio.Task[None]],
-        n: int,
-    ) -> None:
+    async def _drain_on_stop(self, producer: asyncio.Task[None], feeder: asyncio.Task[None], d: Dispatcher) -> None:
+        """On SIGINT/SIGTERM: take no new prompts, let in-flight ones finish for a grace period, then cancel."""
         await self.stop.wait()
         producer.cancel()
-        while not queue.empty():  # prompts not started yet stay pending for the next run
-            queue.get_nowait()
-        for _ in range(n):
-            queue.put_nowait(None)
+        feeder.cancel()  # prompts still queued stay pending for the next run
         try:
             async with asyncio.timeout(self.cfg.client.drain_timeout_s):
-                await asyncio.gather(*workers, return_exceptions=True)
+                while d.inflight:
+                    await asyncio.wait(list(d.inflight))
         except TimeoutError:
-            for task in workers:
+            for task in list(d.inflight):
                 task.cancel()
+
+    async def _watch_endpoints_file(self) -> None:
+        """Re-read `endpoints_file` when it changes: new URLs join the pool, removed ones drain."""
+        if not self.cfg.endpoints_file:
+            return
+        assert self.pool is not None
+        path = Path(self.cfg.endpoints_file)
+        seen: float | None = None
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                mtime = (await asyncio.to_thread(path.stat)).st_mtime
+            except OSError:
+                continue
+            if mtime == seen:
+                continue
+            seen = mtime
+            try:
+                listed = await asyncio.to_thread(read_endpoints_file, path)
+                wanted = {ep.url.rstrip("/"): ep for ep in listed}
+            except (OSError, RegenError) as exc:
+                self.metrics.record_error(f"{path}: {exc}")
+                continue
+            await self._apply_endpoints(wanted)
+
+    async def _apply_endpoints(self, wanted: dict[str, EndpointConfig]) -> None:
+        assert self.pool is not None and self._stack is not None
+        current = {ep.url: ep for ep in self.pool.endpoints}
+        for url, ep in current.items():
+            if url not in wanted and ep.state != DRAINING:
+                self.pool.drain(ep)
+                self.metrics.record_error(f"{url}: removed from the endpoints file, draining")
+        for url, epcfg in wanted.items():
+            if url in current and current[url].state != DRAINING:
+                continue
+            if url in current:  # it came back: probe it, then use it again
+                self.pool.undrain(current[url])
+                continue
+            client = EndpointClient(
+                url,
+                gen=self.cfg.generation,
+                client=self.cfg.client,
+                concurrency=epcfg.concurrency,
+                api_key=os.environ.get(epcfg.api_key_env) if epcfg.api_key_env else None,
+            )
+            await self._stack.enter_async_context(client)
+            self.pool.add(EndpointState(client=client, capacity=epcfg.concurrency, rps=epcfg.requests_per_second))
+        await self.pool.notify()
 
     async def _syncer(self, store: RunStore) -> None:
         while True:
