@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
 from .client import EndpointClient
@@ -31,7 +30,7 @@ from .pool import DRAINING, EndpointState, Pool
 from .reader import PromptReader
 from .records import BadInput, Prompt
 from .schema import bad_input_row
-from .store import DoneSet, RunStore, id_hash, owns
+from .store import DoneSet, RunStore, id_hashes, owns_many
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -127,8 +126,8 @@ class Runner:
         """Prompts this worker owns, and how many of them are not done yet (one cheap pass over the ids)."""
         total = pending = 0
         for ids in reader.scan_ids():
-            hashes = np.fromiter((id_hash(i) for i in ids), dtype=np.uint64, count=len(ids))
-            mine = owns(hashes, self.opt.worker_index, self.opt.num_workers)
+            hashes = id_hashes(ids)
+            mine = owns_many(hashes, self.opt.worker_index, self.opt.num_workers)
             total += int(mine.sum())
             pending += int((mine & ~done.contains_many(hashes)).sum())
         return total, pending
@@ -188,8 +187,8 @@ class Runner:
         budget = self.opt.limit if self.opt.limit is not None else -1
         batches = iter(reader.iter_batches())
         while budget != 0 and (batch := await asyncio.to_thread(next, batches, None)) is not None:
-            hashes = np.fromiter((id_hash(p.id) for p in batch), dtype=np.uint64, count=len(batch))
-            keep = owns(hashes, self.opt.worker_index, self.opt.num_workers) & ~done.contains_many(hashes)
+            hashes = id_hashes([p.id for p in batch])
+            keep = owns_many(hashes, self.opt.worker_index, self.opt.num_workers) & ~done.contains_many(hashes)
             for item, wanted in zip(batch, keep, strict=True):
                 if not wanted or budget == 0:
                     continue

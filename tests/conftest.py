@@ -1,0 +1,84 @@
+"""Shared fixtures: a real simulator subprocess on 127.0.0.1, and helpers to read a RUN_DIR."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class SimProcess:
+    def __init__(self, args: list[str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.sim", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("http://127.0.0.1:"):
+            self.proc.kill()
+            raise RuntimeError(f"simulator did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
+        self.url = line
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/_sim/stats", timeout=10).json()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def sim() -> Iterator[Callable[..., SimProcess]]:
+    started: list[SimProcess] = []
+
+    def start(*args: str) -> SimProcess:
+        proc = SimProcess(list(args))
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def regen(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI as a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def committed_ids(run_dir: Path, sub: str) -> list[str]:
+    ids: list[str] = []
+    for path in sorted((run_dir / sub).glob("*.parquet")):
+        ids.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+def read_rows(run_dir: Path, sub: str) -> list[dict]:
+    rows: list[dict] = []
+    for path in sorted((run_dir / sub).glob("*.parquet")):
+        rows.extend(pq.read_table(path).to_pylist())
+    return rows

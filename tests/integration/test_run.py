@@ -1,0 +1,202 @@
+"""End to end: the real CLI against a real simulator over HTTP on 127.0.0.1, real Parquet files."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pyarrow.parquet as pq
+
+from tests.conftest import ROOT, committed_ids, read_rows, regen
+
+PROMPTS = 120
+
+
+def write_prompts(path: Path, n: int = PROMPTS, bad: bool = False) -> list[str]:
+    ids = []
+    with open(path, "wb") as fh:
+        for i in range(n):
+            pid = f"p{i:04d}"
+            ids.append(pid)
+            row = {"id": pid, "prompt": f"Question {i}: what is {i} times {i + 3}?", "topic": ["math", "code"][i % 2]}
+            if i % 3 == 0:
+                row = {"id": pid, "messages": [{"role": "user", "content": f"Explain idea number {i}."}], "topic": "x"}
+            fh.write(orjson.dumps(row) + b"\n")
+        if bad:
+            fh.write(b'{"id": "bad-empty", "prompt": ""}\n')
+            fh.write(b'{"id": "bad-role", "messages": [{"content": "no role"}]}\n')
+            fh.write(b"{not json\n")
+    return ids
+
+
+def write_config(tmp_path: Path, url: str, extra: str = "", **gen: object) -> Path:
+    max_tokens = gen.get("max_tokens", 4096)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f"""
+[input]
+path = "{tmp_path / "prompts.jsonl"}"
+keep_fields = ["topic"]
+
+[output]
+dir = "{tmp_path / "run"}"
+shard_rows = 50
+sync_interval_s = 0.2
+
+[generation]
+model = "Qwen3.6-27B"
+max_tokens = {max_tokens}
+
+[client]
+max_attempts = 4
+backoff_base_s = 0.01
+backoff_max_s = 0.05
+
+[[endpoints]]
+url = "{url}"
+concurrency = 16
+{extra}
+"""
+    )
+    return cfg
+
+
+def assert_exactly_once(run_dir: Path, ids: list[str]) -> tuple[list[str], list[str]]:
+    good, bad = committed_ids(run_dir, "shards"), committed_ids(run_dir, "rejects")
+    both = Counter(good + bad)
+    assert [k for k, v in both.items() if v > 1] == []
+    assert set(ids) <= set(both), f"missing: {sorted(set(ids) - set(both))[:5]}"
+    return good, bad
+
+
+SIM_FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300")
+
+
+def test_faulty_completions_never_reach_shards(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--fail-empty", "0.15", "--fail-answer-in-reasoning", "0.15", "--fail-503", "0.1", "--seed", "3")
+    ids = write_prompts(tmp_path / "prompts.jsonl", bad=True)
+    cfg = write_config(tmp_path, server.url)
+    result = regen("run", str(cfg), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "run"
+    good, bad = assert_exactly_once(run_dir, ids + ["bad-empty", "bad-role"])
+    rows = read_rows(run_dir, "shards")
+    assert rows and all(r["answer"].strip() and r["reasoning"].strip() and r["finish_reason"] == "stop" for r in rows)
+    assert all("</think>" not in r["answer"] for r in rows)
+    assert {r["topic"] for r in rows} <= {"math", "code", "x"}
+    rejects = read_rows(run_dir, "rejects")
+    reasons = Counter(r["reason"] for r in rejects)
+    assert reasons["bad_input"] == 3  # empty prompt, message without role, invalid JSON line
+    detail = {r["id"]: r["detail"] for r in rejects}
+    assert "prompts.jsonl:" in detail["bad-empty"]
+    # retries happened (empty / in-reasoning completions are retried with a new seed), and most prompts made it
+    assert len(good) >= PROMPTS * 0.9
+    assert "accepted" in result.stderr and "rejected" in result.stderr
+    manifest = orjson.loads((run_dir / "run.json").read_bytes())
+    assert manifest["config_hash"] and manifest["config"]["generation"]["model"] == "Qwen3.6-27B"
+
+
+def test_rerun_after_completion_sends_no_generation(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS)
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=60)
+    cfg = write_config(tmp_path, server.url)
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    before = server.stats()
+    again = regen("run", str(cfg), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    after = server.stats()
+    assert after["generations_total"] == before["generations_total"]
+    assert_exactly_once(tmp_path / "run", ids)
+
+
+def test_truncated_thinking_is_rejected(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS)
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=20)
+    cfg = write_config(tmp_path, server.url, max_tokens=40)
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    good, bad = assert_exactly_once(tmp_path / "run", ids)
+    assert good == []
+    assert {r["reason"] for r in read_rows(tmp_path / "run", "rejects")} == {"truncated"}
+    assert all(r["attempts"] == 4 for r in read_rows(tmp_path / "run", "rejects"))
+
+
+def test_parser_off_server_still_splits(tmp_path: Path, sim) -> None:
+    server = sim("--served-model-name", "Qwen3.6-27B", "--mean-output-tokens", "200")  # no --reasoning-parser
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=30)
+    cfg = write_config(tmp_path, server.url)
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    good, _ = assert_exactly_once(tmp_path / "run", ids)
+    rows = read_rows(tmp_path / "run", "shards")
+    assert len(rows) == 30
+    assert all(r["reasoning"] and r["answer"] and "</think>" not in r["answer"] + r["reasoning"] for r in rows)
+
+
+def test_sigint_then_rerun_finishes_without_duplicates(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--decode-rate", "3000", "--max-running-requests", "16")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=200)
+    cfg = write_config(tmp_path, server.url)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.stats()["generations_total"] < 20:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "resume with: regen run" in err
+    partial = committed_ids(tmp_path / "run", "shards") + committed_ids(tmp_path / "run", "rejects")
+    assert 0 < len(partial) < 200
+    result = regen("run", str(cfg), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert_exactly_once(tmp_path / "run", ids)
+
+
+def test_misspelled_key_fails_and_writes_nothing(tmp_path: Path) -> None:
+    write_prompts(tmp_path / "prompts.jsonl", n=5)
+    cfg = write_config(tmp_path, "sim", extra="concurency = 3")
+    result = regen("run", str(cfg), "--no-progress")
+    assert result.returncode == 2
+    assert "unknown key 'endpoints[0].concurency'; did you mean 'endpoints[0].concurrency'?" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_unauthorized_endpoint_fails_fast(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--api-key", "sekrit")
+    write_prompts(tmp_path / "prompts.jsonl", n=20)
+    cfg = write_config(tmp_path, server.url)
+    start = time.monotonic()
+    result = regen("run", str(cfg), "--no-progress", "--skip-preflight")
+    assert result.returncode == 3, result.stderr
+    assert "HTTP 401" in result.stderr and "api_key_env" in result.stderr
+    assert time.monotonic() - start < 30
+    cfg.write_text(cfg.read_text().replace("concurrency = 16", 'concurrency = 16\napi_key_env = "SIM_KEY"'))
+    ok = regen("run", str(cfg), "--no-progress", "--skip-preflight", env={"SIM_KEY": "sekrit"})
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_shards_load_with_datasets_and_duckdb(tmp_path: Path, sim) -> None:
+    import datasets
+    import duckdb
+
+    server = sim(*SIM_FLAGS)
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=40)
+    cfg = write_config(tmp_path, server.url)
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    pattern = str(tmp_path / "run" / "shards" / "*.parquet")
+    ds = datasets.load_dataset("parquet", data_files=pattern, split="train")
+    assert sorted(ds["id"]) == sorted(ids)
+    assert set(ds.column_names) >= {"id", "messages", "reasoning", "answer", "finish_reason", "created_at", "topic"}
+    count = duckdb.sql(f"select count(distinct id) from read_parquet('{pattern}')").fetchone()
+    assert count is not None and count[0] == 40
+    schema = pq.read_schema(next((tmp_path / "run" / "shards").glob("*.parquet")))
+    assert schema.metadata[b"regen_schema_version"] == b"1"
