@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # The one gate, the same locally and in CI: install, lint, type-check, test.
+#   bash scripts/test.sh            # everything but the long chaos/scale runs
+#   bash scripts/test.sh -m slow    # only the long ones (pytest args pass through)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[dev]'
+# The HTML report test renders in headless Chromium (Debian's package).
+if ! command -v chromium >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/dev/null
+fi
 python3 -m ruff format --check pipeline tests scripts
 python3 -m ruff check pipeline tests scripts
 python3 -m mypy
-python3 -m pytest -q -m "not slow" "$@"
+if [ "$#" -eq 0 ]; then set -- -m "not slow"; fi
+python3 -m pytest -q "$@"
