@@ -1,0 +1,26 @@
+"""Run inspection: status, inspect, validate (with quarantine) and the HTML report, over a RUN_DIR only.
+
+Every function returns plain data (dicts of JSON-able values) or a string; nothing here prints or talks to an
+endpoint. Reading is streaming and column-selective, so a 1M-row run answers in seconds with little memory.
+"""
+
+from __future__ import annotations
+
+from .quarantine import validate_run
+from .report import write_html
+from .status import run_status
+from .summary import inspect_run
+from .textview import format_inspect, format_status, format_validate
+from .where import WhereError, parse_where
+
+__all__ = [
+    "WhereError",
+    "format_inspect",
+    "format_status",
+    "format_validate",
+    "inspect_run",
+    "parse_where",
+    "run_status",
+    "validate_run",
+    "write_html",
+]

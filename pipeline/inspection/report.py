@@ -1,0 +1,197 @@
+"""`regen inspect --html`: the inspect report as one self-contained HTML file (plots inline, no network)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede any figure creation
+
+from matplotlib import dates as mdates
+from matplotlib.figure import Figure
+
+from .textview import elide
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
+th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}tr.flag td{background:#ffe4e1}
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots img{width:560px;border:1px solid #ddd}
+.warn{color:#a00;font-weight:600}pre{white-space:pre-wrap;background:#f8f8f8;padding:8px;font-size:12px}
+details{border:1px solid #ddd;margin:6px 0;padding:6px}summary{cursor:pointer;font-family:monospace}
+"""
+
+
+def write_html(report: dict[str, Any], path: Path) -> None:
+    """Write `report` (from inspect_run) to `path` as a single offline HTML page."""
+    body = [
+        f"<h1>regen inspect: {_e(report['run_dir'])}</h1>",
+        _summary(report),
+        "<h2>Plots</h2>",
+        '<div class="plots">',
+        *(f'<img alt="{_e(name)}" src="data:image/png;base64,{png}">' for name, png in _plots(report)),
+        "</div>",
+        "<h2>Lengths</h2>",
+        _percentiles(report),
+        "<h2>Per shard</h2>",
+        _groups(report["per_shard"], "file"),
+        "<h2>Per endpoint</h2>",
+        _groups(report["per_endpoint"], "endpoint"),
+        "<h2>Sample</h2>",
+        *(_sample(row) for row in report["sample"]),
+    ]
+    page = (
+        '<!doctype html><html><head><meta charset="utf-8"><title>regen inspect</title>'
+        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
+    )
+    Path(path).write_text(page, encoding="utf-8")
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _summary(r: dict[str, Any]) -> str:
+    items = [
+        f"<li>{r['rows']:,} rows in {r['files']} files: {r['accepted']:,} accepted, {r['rejected']:,} rejected "
+        f"({r['reject_rate']:.1%})</li>",
+        "<li>rejected by reason: " + _e(", ".join(f"{k} {v:,}" for k, v in r["rejected_by_reason"].items())),
+        "<li>finish reasons: " + _e(", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items())) + "</li>",
+        f"<li>empty answers: {r['empty_answers']['rows']:,}; short answers (&lt; "
+        f"{r['short_answers']['threshold_chars']} chars): {r['short_answers']['rows']:,}; looping: "
+        f"{r['repetition']['rows']:,}; answers shared by {r['duplicates_answers']['min_prompts']}+ prompts: "
+        f"{r['duplicates_answers']['rows']:,}</li>",
+    ]
+    items += [f'<li class="warn">{_e(w)}</li>' for w in r["warnings"]]
+    items += [
+        f'<li class="warn">{_e(f["kind"])} {_e(f["name"])}: {_e("; ".join(f["flags"]))}</li>' for f in r["flagged"]
+    ]
+    active = {k: v for k, v in r["filters"].items() if v is not None}
+    if active:
+        items.append(f"<li>filters: {_e(active)}</li>")
+    return "<ul>" + "".join(items) + "</ul>"
+
+
+def _percentiles(r: dict[str, Any]) -> str:
+    keys = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
+    rows = [
+        "<tr><td>" + _e(name) + "</td>" + "".join(f'<td class="n">{_fmt(p.get(k))}</td>' for k in keys) + "</tr>"
+        for name, p in r["percentiles"].items()
+    ]
+    head = "<tr><th></th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>"
+    return f"<p>over {r['percentiles_of']} rows</p><table>{head}{''.join(rows)}</table>"
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.2f}" if abs(x) < 100 else f"{x:,.0f}"
+    return f"{x:,}"
+
+
+_GROUP_COLS = [
+    ("rows", "rows"),
+    ("reject_rate", "rejected"),
+    ("empty_answer_rate", "empty answer"),
+    ("repetition_rate", "looping"),
+    ("short_rate", "short"),
+    ("shared_rate", "shared answer"),
+    ("truncated_rate", "truncated"),
+    ("completion_tokens_p50", "completion p50"),
+]
+
+
+def _groups(groups: dict[str, dict[str, Any]], kind: str) -> str:
+    head = f"<tr><th>{kind}</th>" + "".join(f"<th>{label}</th>" for _, label in _GROUP_COLS) + "<th>flags</th></tr>"
+    rows = []
+    for name, g in groups.items():
+        cells = "".join(
+            f'<td class="n">{g[k]:.1%}</td>' if k.endswith("_rate") else f'<td class="n">{_fmt(g[k])}</td>'
+            for k, _ in _GROUP_COLS
+        )
+        cls = ' class="flag"' if g["flags"] else ""
+        rows.append(f"<tr{cls}><td>{_e(name)}</td>{cells}<td>{_e('; '.join(g['flags']))}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _sample(row: dict[str, Any]) -> str:
+    title = (
+        f"{row['id']} · {row['file']} · {row['endpoint']} · finish={row['finish_reason']} · "
+        f"completion {row['completion_tokens']} tokens (reasoning {row['reasoning_tokens']})"
+    )
+    parts = [f"<details open><summary>{_e(title)}</summary>"]
+    if row.get("reason"):
+        parts.append(f'<p class="warn">rejected: {_e(row["reason"])}: {_e(row.get("detail") or "")}</p>')
+    for name, limit in (("prompt", 2000), ("reasoning", 3000), ("answer", 4000)):
+        text = row[name]
+        parts.append(f"<b>{name}</b> ({len(text):,} chars)<pre>{_e(elide(text, limit // 2, limit // 2))}</pre>")
+    parts.append("</details>")
+    return "".join(parts)
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
+    plots = []
+    colors = {"reasoning_tokens": "#4c72b0", "answer_tokens": "#dd8452", "answer_chars": "#dd8452"}
+    for name, hist in r["histograms"].items():
+        fig = Figure(figsize=(6.4, 3.6))
+        ax = fig.add_subplot()
+        if hist["counts"]:
+            edges = hist["edges"]
+            widths = [b - a for a, b in itertools.pairwise(edges)]
+            ax.bar(edges[:-1], hist["counts"], width=widths, align="edge", color=colors.get(name, "#55a868"))
+        ax.set_title(f"{name.replace('_', ' ')} ({r['percentiles_of']} rows)")
+        ax.set_xlabel(name.replace("_", " "))
+        ax.set_ylabel("rows")
+        plots.append((name, _png(fig)))
+    plots.append(("rejects over time", _png(_timeline(r["timeline"]))))
+    plots.append(("per endpoint", _png(_endpoint_bars(r["per_endpoint"]))))
+    return plots
+
+
+def _timeline(t: dict[str, Any]) -> Figure:
+    fig = Figure(figsize=(6.4, 3.6))
+    ax = fig.add_subplot()
+    ax.set_title("accepted and rejected by reason over time")
+    if t["edges"]:
+        starts = mdates.date2num([datetime.fromtimestamp(x, UTC) for x in t["edges"][:-1]])
+        width = (t["edges"][1] - t["edges"][0]) / 86400.0
+        bottom = [0.0] * len(starts)
+        series = [("accepted", t["accepted"]), *t["by_reason"].items()]
+        cmap = matplotlib.colormaps["tab10"]
+        for i, (name, values) in enumerate(series):
+            ax.bar(starts, values, width=width, bottom=bottom, label=name, align="edge", color=cmap(i % 10))
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        ax.xaxis_date()
+        ax.legend(fontsize=7)
+        fig.autofmt_xdate()
+    ax.set_ylabel("rows")
+    return fig
+
+
+def _endpoint_bars(groups: dict[str, dict[str, Any]]) -> Figure:
+    fig = Figure(figsize=(6.4, 3.6))
+    ax = fig.add_subplot()
+    ax.set_title("problem rates per endpoint")
+    names = list(groups)
+    keys = [("reject_rate", "#c44e52"), ("empty_answer_rate", "#8172b3"), ("repetition_rate", "#937860")]
+    for i, (key, color) in enumerate(keys):
+        xs = [j + i * 0.27 for j in range(len(names))]
+        ax.bar(xs, [groups[n][key] for n in names], width=0.27, label=key.removesuffix("_rate"), color=color)
+    ax.set_xticks([j + 0.27 for j in range(len(names))], [n[-24:] for n in names], fontsize=7, rotation=15)
+    ax.set_ylabel("share of rows")
+    ax.legend(fontsize=7)
+    return fig

@@ -1,0 +1,107 @@
+"""Reproducible random rows, fetched by position: only the row groups that hold a chosen row are read.
+
+The choice depends only on the seed and the ordered list of candidate positions (files in name order, rows in
+file order), so the same seed over the same RUN_DIR gives the same rows, and a different seed other rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from .rundir import DataFile
+
+_SAMPLE_COLUMNS = [
+    "id",
+    "messages",
+    "reasoning",
+    "answer",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "endpoint",
+    "model",
+    "attempts",
+    "latency_s",
+    "created_at",
+]
+
+
+def choose(candidates: int, n: int, seed: int) -> np.ndarray:
+    """Indices into the candidates, distinct, in a seed-determined order."""
+    if candidates <= 0 or n <= 0:
+        return np.empty(0, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    return rng.choice(candidates, size=min(n, candidates), replace=False)
+
+
+def fetch_rows(
+    files: Sequence[DataFile], locations: Sequence[tuple[int, int]], columns: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The rows at (file index, row in file), in the order asked, reading one row group per distinct group."""
+    wanted_columns = list(columns) if columns is not None else [*_SAMPLE_COLUMNS, "reason", "detail"]
+    wanted: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for order, (fi, row) in enumerate(locations):
+        group, offset = _locate(files[fi].row_groups, row)
+        wanted.setdefault((fi, group), []).append((order, offset))
+    out: list[dict[str, Any] | None] = [None] * len(locations)
+    for (fi, group), items in sorted(wanted.items()):
+        f = files[fi]
+        pfile = pq.ParquetFile(f.path)
+        names = set(pfile.schema_arrow.names)
+        table = pfile.read_row_group(group, columns=[c for c in wanted_columns if c in names])
+        for order, offset in items:
+            row = table.slice(offset, 1).to_pylist()[0]
+            row["file"] = _label(f)
+            out[order] = row
+    return [row for row in out if row is not None]
+
+
+def _locate(row_groups: Sequence[int], row: int) -> tuple[int, int]:
+    start = 0
+    for group, count in enumerate(row_groups):
+        if row < start + count:
+            return group, row - start
+        start += count
+    raise IndexError(f"row {row} beyond {start} rows")
+
+
+def _label(f: DataFile) -> str:
+    return f"{'rejects' if f.rejects else 'shards'}/{f.name}"
+
+
+def prompt_text(messages: list[dict[str, Any]] | None) -> str:
+    """The last user turn (what the completion answers), or the last message of any role."""
+    if not messages:
+        return ""
+    users = [m for m in messages if (m or {}).get("role") == "user"]
+    last = (users or messages)[-1] or {}
+    return str(last.get("content") or "")
+
+
+def sample_entry(row: dict[str, Any]) -> dict[str, Any]:
+    """A sampled row as inspect reports it: plain JSON-able values, prompt pulled out of messages."""
+    created = row.get("created_at")
+    entry = {
+        "id": row.get("id"),
+        "file": row.get("file"),
+        "endpoint": row.get("endpoint"),
+        "model": row.get("model"),
+        "finish_reason": row.get("finish_reason"),
+        "prompt_tokens": row.get("prompt_tokens"),
+        "completion_tokens": row.get("completion_tokens"),
+        "reasoning_tokens": row.get("reasoning_tokens"),
+        "attempts": row.get("attempts"),
+        "latency_s": row.get("latency_s"),
+        "created_at": created.isoformat() if created is not None else None,
+        "prompt": prompt_text(row.get("messages")),
+        "reasoning": row.get("reasoning") or "",
+        "answer": row.get("answer") or "",
+    }
+    if "reason" in row:
+        entry.update(reason=row.get("reason"), detail=row.get("detail"))
+    return entry

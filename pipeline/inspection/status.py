@@ -1,0 +1,250 @@
+"""`regen status`: how far a run is, how fast it goes, and how each endpoint fares, from RUN_DIR alone.
+
+Counts come from committed files (parquet metadata for shards, the `reason` column for rejects) plus journal rows
+whose ids are not committed yet, so a run in progress is counted exactly. Rates, ETA and per-endpoint gauges come
+from the runner's metrics files when they are fresh; otherwise they are derived from the rows' `created_at`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import rundir
+from .rundir import DataFile
+
+RECENT_WINDOW_S = 60.0
+FRESH_METRICS_S = 30.0
+_STATUS_COLUMNS = ["id", "endpoint", "latency_s", "completion_tokens", "created_at"]
+
+
+def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
+    """Progress, rates, ETA and per-endpoint figures of a run; works while it runs and after."""
+    run_dir = Path(run_dir)
+    now = time.time() if now is None else now
+    man = rundir.manifest(run_dir)
+    journal = _pending_journal(run_dir)
+    acc = _Tally()
+    for f in rundir.shard_files(run_dir):
+        _scan_committed(f, journal, acc)
+    for f in rundir.reject_files(run_dir):
+        _scan_committed(f, journal, acc)
+    for entry in journal.values():
+        acc.add_row(entry["row"], rejected=entry["kind"] == "rejected")
+    total = rundir.total_prompts(man)
+    done = acc.accepted + acc.rejected
+    status: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "total": total,
+        "done": done,
+        "accepted": acc.accepted,
+        "rejected": acc.rejected,
+        "rejected_by_reason": dict(acc.reasons.most_common()),
+        "pending": None if total is None else max(0, total - done),
+        "in_journal": len(journal),
+        "reject_rate": acc.rejected / done if done else 0.0,
+    }
+    status.update(_rates(run_dir, acc, now))
+    status["eta_s"] = _eta(status)
+    status["endpoints"] = acc.endpoint_table()
+    _merge_metrics_endpoints(run_dir, status, now)
+    return status
+
+
+class _Tally:
+    """Running counts over committed and journal rows; per-row arrays are kept compact (numpy) for rates."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.rejected = 0
+        self.reasons: Counter[str] = Counter()
+        self.times: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] = []
+        self.ep_latency: dict[str, list[np.ndarray]] = {}
+        self.ep_counts: dict[str, Counter[str]] = {}
+
+    def add_batch(self, batch: pa.RecordBatch, rejected: bool, reasons: pa.Array | None) -> None:
+        n = batch.num_rows
+        if rejected:
+            self.rejected += n
+            assert reasons is not None
+            for value, count in _value_counts(reasons):
+                self.reasons[value or "unknown"] += count
+        else:
+            self.accepted += n
+        self.times.append(_epoch_seconds(batch.column("created_at")))
+        self.tokens.append(batch.column("completion_tokens").fill_null(0).to_numpy(zero_copy_only=False))
+        endpoints = batch.column("endpoint").fill_null("")
+        latency = batch.column("latency_s").fill_null(np.nan).to_numpy(zero_copy_only=False)
+        for value, _ in _value_counts(endpoints):
+            mask = pc.equal(endpoints, value).to_numpy(zero_copy_only=False)
+            counts = self.ep_counts.setdefault(value, Counter())
+            counts["rejected" if rejected else "accepted"] += int(mask.sum())
+            self.ep_latency.setdefault(value, []).append(latency[mask])
+
+    def add_row(self, row: dict[str, Any], rejected: bool) -> None:
+        schema = pa.schema(
+            [
+                ("endpoint", pa.string()),
+                ("latency_s", pa.float32()),
+                ("completion_tokens", pa.int32()),
+                ("created_at", pa.float64()),
+            ]
+        )
+        values = {
+            "endpoint": [row.get("endpoint")],
+            "latency_s": [row.get("latency_s")],
+            "completion_tokens": [row.get("completion_tokens")],
+            "created_at": [_row_time(row.get("created_at"))],
+        }
+        batch = pa.RecordBatch.from_pydict(values, schema=schema)
+        self.add_batch(batch, rejected, pa.array([row.get("reason")], pa.string()) if rejected else None)
+
+    def endpoint_table(self) -> dict[str, dict[str, Any]]:
+        table: dict[str, dict[str, Any]] = {}
+        for url, counts in sorted(self.ep_counts.items()):
+            lat = np.concatenate(self.ep_latency[url]) if self.ep_latency[url] else np.empty(0)
+            lat = lat[~np.isnan(lat)]
+            done = counts["accepted"] + counts["rejected"]
+            table[url or "(none)"] = {
+                "accepted": counts["accepted"],
+                "rejected": counts["rejected"],
+                "reject_rate": counts["rejected"] / done if done else 0.0,
+                **{f"latency_p{q}": float(np.percentile(lat, q)) if lat.size else None for q in (50, 90, 99)},
+            }
+        return table
+
+
+def _value_counts(arr: pa.Array | pa.ChunkedArray) -> Iterable[tuple[Any, int]]:
+    counts = pc.value_counts(arr)
+    return zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+
+
+def _epoch_seconds(col: pa.Array) -> np.ndarray:
+    if pa.types.is_timestamp(col.type):
+        us = pc.cast(col, pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        return us.to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+    return col.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _row_time(value: Any) -> float | None:
+    """A journal row's created_at: microseconds, seconds or an ISO string (whatever JSON made of it)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return value / 1e6 if value > 1e11 else float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _pending_journal(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Journal entries by id (the last entry of an id wins), before removing the committed ones."""
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in rundir.journal_rows(run_dir):
+        rid = entry["row"].get("id")
+        if isinstance(rid, str):
+            entries[rid] = entry
+    return entries
+
+
+def _scan_committed(f: DataFile, journal: dict[str, dict[str, Any]], acc: _Tally) -> None:
+    """Tally one committed file and drop its ids from the journal map (they are no longer pending)."""
+    pfile = pq.ParquetFile(f.path)
+    columns = _STATUS_COLUMNS + (["reason"] if f.rejects else [])
+    pending = pa.array(list(journal), pa.string()) if journal else None
+    for batch in pfile.iter_batches(batch_size=65536, columns=columns):
+        if pending is not None:
+            hit = pc.is_in(batch.column("id"), value_set=pending)
+            for rid in batch.column("id").filter(hit).to_pylist():
+                journal.pop(rid, None)
+        acc.add_batch(batch, f.rejects, batch.column("reason") if f.rejects else None)
+
+
+def _rates(run_dir: Path, acc: _Tally, now: float) -> dict[str, Any]:
+    times = np.concatenate(acc.times) if acc.times else np.empty(0)
+    tokens = np.concatenate(acc.tokens) if acc.tokens else np.empty(0)
+    ok = ~np.isnan(times)
+    times, tokens = times[ok], tokens[ok]
+    rates: dict[str, Any] = {"source": "rows", "last_row_at": float(times.max()) if times.size else None}
+    span = float(times.max() - times.min()) if times.size > 1 else 0.0
+    recent = times >= now - RECENT_WINDOW_S
+    rates["completions_per_s"] = times.size / span if span > 0 else 0.0
+    rates["output_tokens_per_s"] = float(tokens.sum()) / span if span > 0 else 0.0
+    rates["recent_completions_per_s"] = float(recent.sum()) / RECENT_WINDOW_S
+    rates["recent_output_tokens_per_s"] = float(tokens[recent].sum()) / RECENT_WINDOW_S
+    recent_metrics = _metrics_rates(run_dir, now)
+    if recent_metrics is not None:
+        rates.update(recent_metrics, source="metrics")
+    return {"rates": rates, "last_errors": _last_errors(run_dir)}
+
+
+def _metrics_rates(run_dir: Path, now: float) -> dict[str, float] | None:
+    """Recent rates summed over workers whose metrics are fresh; None when no worker reports."""
+    done = tokens = 0.0
+    fresh = False
+    for path in rundir.metrics_files(run_dir):
+        lines = [x for x in rundir.tail_lines(path) if isinstance(x.get("t"), int | float)]
+        if not lines or now - lines[-1]["t"] > FRESH_METRICS_S:
+            continue
+        window = [x for x in lines if x["t"] >= lines[-1]["t"] - RECENT_WINDOW_S]
+        first, last = window[0], window[-1]
+        dt = last["t"] - first["t"]
+        if dt <= 0:
+            continue
+        fresh = True
+        done += (last.get("done", 0) - first.get("done", 0)) / dt
+        tokens += (last.get("output_tokens", 0) - first.get("output_tokens", 0)) / dt
+    if not fresh:
+        return None
+    return {"recent_completions_per_s": done, "recent_output_tokens_per_s": tokens}
+
+
+def _last_errors(run_dir: Path, keep: int = 10) -> list[Any]:
+    errors: list[tuple[float, Any]] = []
+    for path in rundir.metrics_files(run_dir):
+        lines = rundir.tail_lines(path, max_bytes=64 * 1024)
+        if lines:
+            t = lines[-1].get("t", 0)
+            errors.extend((t, err) for err in lines[-1].get("last_errors") or [])
+    errors.sort(key=lambda pair: pair[0])
+    return [err for _, err in errors[-keep:]]
+
+
+def _merge_metrics_endpoints(run_dir: Path, status: dict[str, Any], now: float) -> None:
+    """Add the runner's live gauges (inflight, ok, errors, latency) to each endpoint's row, summed over workers."""
+    for path in rundir.metrics_files(run_dir):
+        lines = rundir.tail_lines(path, max_bytes=64 * 1024)
+        if not lines:
+            continue
+        age = now - float(lines[-1].get("t", 0))
+        for url, gauges in (lines[-1].get("endpoints") or {}).items():
+            row = status["endpoints"].setdefault(url, {"accepted": 0, "rejected": 0})
+            row["metrics_age_s"] = min(age, row.get("metrics_age_s", age))
+            for key, value in (gauges or {}).items():
+                if isinstance(value, int | float) and key in ("inflight", "ok", "errors"):
+                    row[key] = row.get(key, 0) + value
+                elif key not in row or row[key] is None:
+                    row[key] = value
+
+
+def _eta(status: dict[str, Any]) -> float | None:
+    pending = status["pending"]
+    if pending is None:
+        return None
+    if pending == 0:
+        return 0.0
+    rate = status["rates"]["recent_completions_per_s"]
+    return pending / rate if rate > 0 else None

@@ -1,0 +1,153 @@
+"""`regen inspect`: the quality report of a RUN_DIR as plain data (rates, distributions, outliers, a sample)."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from . import rundir, stats
+from .rundir import DataFile
+from .sample import choose, fetch_rows, sample_entry
+from .scan import Filters, Frame, scan
+from .where import WhereError, parse_where
+
+EXAMPLES = 5
+PREVIEW_CHARS = 120
+
+
+def inspect_run(
+    run_dir: Path,
+    *,
+    sample: int = 5,
+    seed: int = 0,
+    shard: str | None = None,
+    reason: str | None = None,
+    endpoint: str | None = None,
+    where: str | None = None,
+) -> dict[str, Any]:
+    """Stats over the committed rows of a run (shards and rejects) that pass the filters, plus `sample` rows.
+
+    `shard` selects files by name or glob ("worker-0-*", "rejects/x.parquet"); `reason` keeps rejects with that
+    reason code; `endpoint` keeps rows served by that URL; `where` is a column condition (see where.py).
+    """
+    run_dir = Path(run_dir)
+    files = _select(rundir.shard_files(run_dir) + rundir.reject_files(run_dir), shard)
+    columns: set[str] = set()
+    for f in files:
+        columns.update(pq.read_schema(f.path).names)
+    filters = Filters(reason, endpoint, parse_where(where, columns) if where else None)
+    frame = scan(files, filters)
+    d = stats.Derived(frame)
+    report = _overview(d)
+    report.update(
+        run_dir=str(run_dir),
+        filters={"shard": shard, "reason": reason, "endpoint": endpoint, "where": where},
+        files=len(files),
+    )
+    report.update(_problems(d))
+    labels = [_label(f) for f in frame.files]
+    report["per_shard"] = stats.group_table(d, frame.file_idx, labels, same_kind=True)
+    report["per_endpoint"] = stats.group_table(d, frame.endpoint, frame.endpoints)
+    report["flagged"] = [
+        {"kind": kind, "name": name, "flags": row["flags"]}
+        for kind, table in (("shard", report["per_shard"]), ("endpoint", report["per_endpoint"]))
+        for name, row in table.items()
+        if row["flags"]
+    ]
+    report["sample"] = _sample(frame, sample, seed, reason is not None)
+    report["sample_seed"] = seed
+    return report
+
+
+def _select(files: list[DataFile], shard: str | None) -> list[DataFile]:
+    if shard is None:
+        return files
+    chosen = [f for f in files if any(fnmatch.fnmatch(x, shard) for x in (f.name, f.path.stem, _label(f)))]
+    if not chosen:
+        raise WhereError(f"--shard {shard!r} matches no file under shards/ or rejects/")
+    return chosen
+
+
+def _label(f: DataFile) -> str:
+    return f"{'rejects' if f.rejects else 'shards'}/{f.name}"
+
+
+def _overview(d: stats.Derived) -> dict[str, Any]:
+    frame = d.frame
+    everything = np.ones(len(frame), dtype=bool)
+    overall = stats.group_row(d, everything)
+    lengths = stats.length_columns(frame)
+    basis = d.accepted if d.accepted.any() else everything
+    answers = "answer_tokens" if not np.isnan(lengths["answer_tokens"][basis]).all() else "answer_chars"
+    return {
+        "rows": overall["rows"],
+        "accepted": overall["accepted"],
+        "rejected": overall["rejected"],
+        "reject_rate": overall["reject_rate"],
+        "rejected_by_reason": stats.counts(frame.reason, frame.reasons, frame.rejected),
+        "finish_reasons": stats.counts(frame.finish, frame.finishes, everything),
+        "finish_reasons_accepted": stats.counts(frame.finish, frame.finishes, d.accepted),
+        "percentiles_of": "accepted" if d.accepted.any() else "all",
+        "percentiles": {name: stats.percentiles(values[basis]) for name, values in lengths.items()},
+        "overall": overall,
+        "warnings": stats.warnings(d, overall),
+        "histograms": {
+            "reasoning_tokens": stats.histogram(lengths["reasoning_tokens"][basis]),
+            answers: stats.histogram(lengths[answers][basis]),
+        },
+        "timeline": stats.timeline(d),
+    }
+
+
+def _problems(d: stats.Derived) -> dict[str, Any]:
+    frame = d.frame
+    n_acc = int(d.accepted.sum())
+    top = d.shared_top
+    previews = fetch_rows(frame.files, [_loc(frame, pos) for pos, _ in top], columns=["id", "answer"])
+    shared_rows = int((d.shared & d.accepted).sum())
+    return {
+        "duplicates_answers": {
+            "min_prompts": stats.SHARED_MIN_PROMPTS,
+            "min_chars": stats.SHARED_MIN_CHARS,
+            "rows": shared_rows,
+            "rate": shared_rows / n_acc if n_acc else 0.0,
+            "top": [
+                {"count": count, "example_id": row["id"], "answer": _preview(row.get("answer") or "")}
+                for (_, count), row in zip(top, previews, strict=True)
+            ],
+        },
+        "repetition": _examples(frame, frame.looping, len(frame)),
+        "short_answers": {
+            "threshold_chars": d.short_threshold,
+            **_examples(frame, d.short & d.accepted, n_acc),
+        },
+        "empty_answers": _examples(frame, d.empty & d.accepted, n_acc),
+    }
+
+
+def _examples(frame: Frame, mask: np.ndarray, base: int) -> dict[str, Any]:
+    rows = int(mask.sum())
+    positions = np.flatnonzero(mask)[:EXAMPLES]
+    found = fetch_rows(frame.files, [_loc(frame, int(p)) for p in positions], columns=["id"])
+    return {"rows": rows, "rate": rows / base if base else 0.0, "examples": [r["id"] for r in found]}
+
+
+def _loc(frame: Frame, pos: int) -> tuple[int, int]:
+    return int(frame.file_idx[pos]), int(frame.row[pos])
+
+
+def _preview(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _sample(frame: Frame, n: int, seed: int, from_rejects: bool) -> list[dict[str, Any]]:
+    accepted = ~frame.rejected
+    pool = np.flatnonzero(accepted if accepted.any() and not from_rejects else np.ones(len(frame), dtype=bool))
+    picked = pool[choose(pool.size, n, seed)]
+    rows = fetch_rows(frame.files, [_loc(frame, int(p)) for p in picked])
+    return [sample_entry(row) for row in rows]

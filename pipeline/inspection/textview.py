@@ -1,0 +1,202 @@
+"""Terminal renderings of the status, inspect and validate reports: wrapped, aligned, long texts elided."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+PROMPT_CHARS = 600
+REASONING_HEAD = 400
+REASONING_TAIL = 400
+ANSWER_CHARS = 1200
+
+
+def elide(text: str, head: int, tail: int) -> str:
+    """`text` if short, else its head and tail around a marker that says how much was cut."""
+    if len(text) <= head + tail + 40:
+        return text
+    cut = len(text) - head - tail
+    return f"{text[:head]} … [{cut:,} chars elided] … {text[-tail:]}"
+
+
+def wrap(text: str, width: int, indent: str = "    ") -> str:
+    lines: list[str] = []
+    for para in text.splitlines() or [""]:
+        filled = textwrap.wrap(para, width=max(20, width - len(indent)), replace_whitespace=False)
+        lines.extend(indent + line for line in filled or [""])
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | int | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
+
+
+def format_status(status: dict[str, Any]) -> str:
+    total = status["total"]
+    done = status["done"]
+    head = f"{done:,}/{total:,} done ({done / total:.1%})" if total else f"{done:,} done (total unknown)"
+    rates = status["rates"]
+    lines = [
+        f"run {status['run_dir']}: {head}, {status['pending'] if total else '?'} pending, "
+        f"{status['in_journal']:,} in journals (not yet in shards)",
+        f"accepted {status['accepted']:,}  rejected {status['rejected']:,} ({_pct(status['reject_rate'])})",
+    ]
+    for reason, n in status["rejected_by_reason"].items():
+        lines.append(f"    {reason:<22} {n:>10,}")
+    lines.append(
+        f"rate: recent {rates['recent_completions_per_s']:.2f}/s {rates['recent_output_tokens_per_s']:,.0f} tok/s; "
+        f"overall {rates['completions_per_s']:.2f}/s {rates['output_tokens_per_s']:,.0f} tok/s "
+        f"(from {rates['source']});  ETA {_duration(status['eta_s'])}"
+    )
+    if status["endpoints"]:
+        rows = [
+            [
+                url,
+                _num(ep.get("accepted")),
+                _num(ep.get("rejected")),
+                _pct(ep.get("reject_rate")),
+                _num(ep.get("inflight")),
+                _num(ep.get("errors")),
+                _num(ep.get("latency_p50"), 2),
+                _num(ep.get("latency_p99"), 2),
+            ]
+            for url, ep in status["endpoints"].items()
+        ]
+        headers = ["endpoint", "accepted", "rejected", "rej%", "inflight", "errors", "lat p50", "lat p99"]
+        lines += ["", table(headers, rows)]
+    if status["last_errors"]:
+        lines += ["", "last errors:"] + [f"    {err}" for err in status["last_errors"]]
+    return "\n".join(lines)
+
+
+def format_inspect(report: dict[str, Any], width: int = 100) -> str:
+    out = [_inspect_head(report)]
+    out.append(_percentile_table(report))
+    out.append(_problem_lines(report))
+    for kind in ("per_shard", "per_endpoint"):
+        if report[kind]:
+            out.append(_group_table(kind.removeprefix("per_"), report[kind]))
+    if report["warnings"] or report["flagged"]:
+        lines = ["attention:"] + [f"  ! {w}" for w in report["warnings"]]
+        lines += [f"  ! {f['kind']} {f['name']}: {'; '.join(f['flags'])}" for f in report["flagged"]]
+        out.append("\n".join(lines))
+    for i, row in enumerate(report["sample"], 1):
+        out.append(format_sample(row, i, len(report["sample"]), width))
+    return "\n\n".join(out)
+
+
+def _inspect_head(r: dict[str, Any]) -> str:
+    active = {k: v for k, v in r["filters"].items() if v is not None}
+    lines = [
+        f"run {r['run_dir']}: {r['rows']:,} rows in {r['files']} files" + (f" (filters: {active})" if active else ""),
+        f"accepted {r['accepted']:,}  rejected {r['rejected']:,} ({_pct(r['reject_rate'])})",
+    ]
+    lines += [f"    {k:<22} {v:>10,}" for k, v in r["rejected_by_reason"].items()]
+    lines.append("finish reasons: " + ", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items()))
+    return "\n".join(lines)
+
+
+def _percentile_table(r: dict[str, Any]) -> str:
+    keys = ["p1", "p10", "p50", "p90", "p99", "max"]
+    rows = [
+        [name] + [_num(p.get(k), 2 if name == "reasoning_answer_ratio" else 0) for k in keys]
+        for name, p in r["percentiles"].items()
+        if p["count"]
+    ]
+    return f"lengths ({r['percentiles_of']} rows)\n" + table(["", *keys], rows)
+
+
+def _problem_lines(r: dict[str, Any]) -> str:
+    dup, rep, short, empty = r["duplicates_answers"], r["repetition"], r["short_answers"], r["empty_answers"]
+    lines = [
+        f"empty answers (accepted): {empty['rows']:,} ({_pct(empty['rate'])}) {_ids(empty['examples'])}",
+        f"short answers (< {short['threshold_chars']} chars): {short['rows']:,} ({_pct(short['rate'])}) "
+        f"{_ids(short['examples'])}",
+        f"looping (degenerate repetition): {rep['rows']:,} ({_pct(rep['rate'])}) {_ids(rep['examples'])}",
+        f"answers shared by {dup['min_prompts']}+ prompts: {dup['rows']:,} ({_pct(dup['rate'])})",
+    ]
+    lines += [f"    {d['count']:>6,} x {d['answer']!r} (e.g. {d['example_id']})" for d in dup["top"][:5]]
+    return "\n".join(lines)
+
+
+def _ids(ids: list[str]) -> str:
+    return f"e.g. {', '.join(ids[:3])}" if ids else ""
+
+
+def _group_table(kind: str, groups: dict[str, dict[str, Any]]) -> str:
+    headers = [kind, "rows", "rej%", "empty%", "loop%", "short%", "shared%", "trunc%", "tok p50", "flag"]
+    rows = [
+        [
+            name,
+            f"{g['rows']:,}",
+            _pct(g["reject_rate"]),
+            _pct(g["empty_answer_rate"]),
+            _pct(g["repetition_rate"]),
+            _pct(g["short_rate"]),
+            _pct(g["shared_rate"]),
+            _pct(g["truncated_rate"]),
+            _num(g["completion_tokens_p50"]),
+            "!" if g["flags"] else "",
+        ]
+        for name, g in groups.items()
+    ]
+    return table(headers, rows)
+
+
+def format_sample(row: dict[str, Any], i: int, n: int, width: int) -> str:
+    head = (
+        f"── sample {i}/{n}  id={row['id']}  {row['file']}  endpoint={row['endpoint']}  "
+        f"finish={row['finish_reason']}  tokens: prompt {_num(row['prompt_tokens'])}, "
+        f"completion {_num(row['completion_tokens'])}, reasoning {_num(row['reasoning_tokens'])}"
+    )
+    lines = [textwrap.fill(head, width=width, subsequent_indent="   ")]
+    if row.get("reason"):
+        lines.append(wrap(f"rejected: {row['reason']}: {row.get('detail') or ''}", width, "  "))
+    reasoning, answer = row["reasoning"], row["answer"]
+    lines.append(f"  prompt ({len(row['prompt']):,} chars):")
+    lines.append(wrap(elide(row["prompt"], PROMPT_CHARS // 2, PROMPT_CHARS // 2), width))
+    lines.append(f"  reasoning ({len(reasoning):,} chars):")
+    lines.append(wrap(elide(reasoning, REASONING_HEAD, REASONING_TAIL), width))
+    lines.append(f"  answer ({len(answer):,} chars):")
+    lines.append(wrap(elide(answer, ANSWER_CHARS // 2, ANSWER_CHARS // 2), width))
+    return "\n".join(lines)
+
+
+def format_validate(result: dict[str, Any]) -> str:
+    lines = [
+        f"validated {result['rows']:,} committed rows in {result['files']} shards: "
+        f"{result['failed']:,} fail ({_pct(result['failed'] / result['rows'] if result['rows'] else 0.0)})"
+    ]
+    lines += [f"    {k:<22} {v:>10,}" for k, v in result["failed_by_reason"].items()]
+    for shard, n in result["failed_by_shard"].items():
+        lines.append(f"    {shard}: {n:,} failing")
+    lines += [f"    e.g. {x['id']}: {x['reason']}: {x['detail']}" for x in result["examples"][:3]]
+    if result["quarantine"]:
+        lines.append(
+            f"quarantined {result['quarantined']:,} rows into rejects/ "
+            f"({result['repaired']:,} left over from an interrupted quarantine removed from shards)"
+        )
+    elif result["failed"]:
+        lines.append("run with --quarantine to move them into rejects/")
+    return "\n".join(lines)
