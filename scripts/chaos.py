@@ -46,7 +46,8 @@ def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int) -
     cfg = work / "chaos.toml"
     cfg.write_text(
         f'[input]\npath = "{work / "prompts.jsonl"}"\n'
-        f'[output]\ndir = "{work / "run"}"\nshard_rows = {shard_rows}\nrow_group_rows = 16\nsync_interval_s = {sync_s}\n'
+        f'[output]\ndir = "{work / "run"}"\nshard_rows = {shard_rows}\n'
+        f"row_group_rows = 16\nsync_interval_s = {sync_s}\n"
         '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 2048\n'
         "[client]\nbackoff_base_s = 0.01\nbackoff_max_s = 0.1\ndrain_timeout_s = 5\n"
         f'[[endpoints]]\nurl = "{url}"\nconcurrency = 32\n'

@@ -29,7 +29,9 @@ class SimProcess:
         line = self.proc.stdout.readline().strip()
         if not line.startswith("http://127.0.0.1:"):
             self.proc.kill()
-            raise RuntimeError(f"simulator did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
+            raise RuntimeError(
+                f"simulator did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
+            )
         self.url = line
 
     def stats(self) -> dict:

@@ -78,7 +78,9 @@ SIM_FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3"
 
 
 def test_faulty_completions_never_reach_shards(tmp_path: Path, sim) -> None:
-    server = sim(*SIM_FLAGS, "--fail-empty", "0.15", "--fail-answer-in-reasoning", "0.15", "--fail-503", "0.1", "--seed", "3")
+    server = sim(
+        *SIM_FLAGS, "--fail-empty", "0.15", "--fail-answer-in-reasoning", "0.15", "--fail-503", "0.1", "--seed", "3"
+    )
     ids = write_prompts(tmp_path / "prompts.jsonl", bad=True)
     cfg = write_config(tmp_path, server.url)
     result = regen("run", str(cfg), "--no-progress")

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""regen benchmarks, each reported as a ratio against a baseline measured in the same run.
+
+    python scripts/bench.py                       # overhead, scale, saturation, startup (a few minutes)
+    python scripts/bench.py --only overhead --requests 20000
+    python scripts/bench.py --rehearsal           # + the 902,000-prompt dress rehearsal (long)
+    python scripts/bench.py --json out.json
+
+Scenarios (issue 8): 1 client overhead vs a minimal aiohttp loop; 2 peak RSS at 1M vs 10K prompts; 3 saturation of
+4 simulators with a capacity model, one dying mid-run, and the exit lag after the last completion; 4 launch to
+first request; 5 the dress rehearsal. The simulator runs pinned to its own core where `taskset` exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_CORE, CLIENT_CORE = "1", "0"
+
+
+def pinned(core: str, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", core, *argv] if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1 else argv
+
+
+class Sim:
+    def __init__(self, *args: str, core: str = SIM_CORE):
+        argv = pinned(core, [sys.executable, "-m", "pipeline.sim", "--port", "0", *args])
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+
+    def stats(self) -> dict[str, Any]:
+        return httpx.get(f"{self.url}/_sim/stats", timeout=10).json()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(argv: list[str], **kw: Any) -> dict[str, float]:
+    """Wall, CPU and peak RSS of one child process (RSS via /usr/bin/time-free wait4)."""
+    cpu0, t0 = children_cpu(), time.monotonic()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{argv[:6]} failed: {err[-2000:]}")
+    return {
+        "wall_s": wall,
+        "cpu_s": children_cpu() - cpu0,
+        "rss_mb": ru.ru_maxrss / 1024,
+        "stdout": out,
+        "end": time.time(),
+    }  # type: ignore[dict-item]
+
+
+def write_prompts(path: Path, n: int, chars: int = 200) -> None:
+    filler = ("Explain the reasoning step by step and give a final answer. " * 8)[:chars]
+    with open(path, "wb") as fh:
+        for i in range(n):
+            fh.write(orjson.dumps({"id": f"b{i:07d}", "prompt": f"#{i} {filler}"}) + b"\n")
+
+
+def write_config(work: Path, urls: list[str], concurrency: int, prompts: Path, **extra: Any) -> Path:
+    cfg = work / f"bench-{len(list(work.glob('bench-*.toml')))}.toml"
+    eps = "".join(f'[[endpoints]]\nurl = "{u}"\nconcurrency = {concurrency}\n' for u in urls)
+    shard_rows = extra.get("shard_rows", 10000)
+    cfg.write_text(
+        f'[input]\npath = "{prompts}"\n[output]\ndir = "{work / ("run-" + cfg.stem)}"\nshard_rows = {shard_rows}\n'
+        f'[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 32768\n'
+        "[client]\nbackoff_base_s = 0.05\nbackoff_max_s = 1\n" + eps
+    )
+    return cfg
+
+
+def steady_rate(run_dir: Path) -> tuple[float, float, int, float]:
+    """(completions/s, output tok/s, rows, last created_at) between the first and last stored completion."""
+    ds = pds.dataset(str(run_dir / "shards"), format="parquet")
+    t = ds.to_table(columns=["created_at", "completion_tokens"])
+    ts = pc.cast(t.column("created_at"), "int64")
+    lo, hi = pc.min(ts).as_py() / 1e6, pc.max(ts).as_py() / 1e6
+    span = max(1e-6, hi - lo)
+    tokens = pc.sum(t.column("completion_tokens")).as_py() or 0
+    return t.num_rows / span, tokens / span, t.num_rows, hi
+
+
+# ------------------------------------------------------------------ 1. client overhead
+
+
+MINIMAL_LOOP = r"""
+import asyncio, sys, time, aiohttp, orjson
+url, n, conc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+async def main():
+    q = asyncio.Queue()
+    for i in range(n): q.put_nowait(i)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=conc)) as s:
+        async def worker():
+            while not q.empty():
+                i = q.get_nowait()
+                body = {"model": "Qwen3.6-27B", "messages": [{"role": "user", "content": f"#{i} minimal"}],
+                        "max_tokens": 32768, "chat_template_kwargs": {"enable_thinking": True}}
+                async with s.post(url + "/v1/chat/completions", data=orjson.dumps(body),
+                                  headers={"Content-Type": "application/json"}) as r:
+                    orjson.loads(await r.read())
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(conc)))
+        print(time.monotonic() - t0)
+asyncio.run(main())
+"""
+
+
+def bench_overhead(work: Path, requests: int, concurrency: int, tokens: int) -> dict[str, Any]:
+    sim = Sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", str(tokens))
+    try:
+        base = timed(
+            pinned(CLIENT_CORE, [sys.executable, "-c", MINIMAL_LOOP, sim.url, str(requests), str(concurrency)])
+        )
+        base_rate = requests / float(base["stdout"].strip())
+        prompts = work / "overhead.jsonl"
+        write_prompts(prompts, requests)
+        cfg = write_config(work, [sim.url], concurrency, prompts)
+        run = timed(pinned(CLIENT_CORE, [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"]))
+        steady, _, rows, _ = steady_rate(work / f"run-{cfg.stem}")
+    finally:
+        sim.stop()
+    e2e = rows / run["wall_s"]
+    cpu_per_1k = run["cpu_s"] / rows * 1000
+    base_cpu_per_1k = base["cpu_s"] / requests * 1000
+    return {
+        "requests": requests,
+        "concurrency": concurrency,
+        "baseline_completions_per_s": round(base_rate, 1),
+        "baseline_cpu_s_per_1k": round(base_cpu_per_1k, 3),
+        "baseline_rss_mb": round(base["rss_mb"], 1),
+        "regen_steady_completions_per_s": round(steady, 1),
+        "regen_end_to_end_completions_per_s": round(e2e, 1),
+        "regen_cpu_s_per_1k": round(cpu_per_1k, 3),
+        "regen_rss_mb": round(run["rss_mb"], 1),
+        "cpu_ratio": round(cpu_per_1k / base_cpu_per_1k, 2),
+        "throughput_ratio_steady": round(steady / base_rate, 2),
+        "throughput_ratio_end_to_end": round(e2e / base_rate, 2),
+        "targets": {"cpu_ratio<=2": cpu_per_1k / base_cpu_per_1k <= 2, "steady_ratio>=0.5": steady / base_rate >= 0.5},
+    }
+
+
+# ------------------------------------------------------------------ 2. scale
+
+
+def bench_scale(work: Path, big: int, small: int, limit: int) -> dict[str, Any]:
+    sim = Sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
+    try:
+        out: dict[str, Any] = {}
+        for label, n in (("small", small), ("big", big)):
+            prompts = work / f"scale-{n}.jsonl"
+            write_prompts(prompts, n, chars=100)
+            cfg = write_config(work, [sim.url], 64, prompts, shard_rows=2000)
+            run = timed([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress", "--limit", str(limit)])
+            out[f"{label}_prompts"] = n
+            out[f"{label}_rss_mb"] = round(run["rss_mb"], 1)
+            out[f"{label}_wall_s"] = round(run["wall_s"], 1)
+    finally:
+        sim.stop()
+    out["limit_per_run"] = limit
+    out["rss_ratio"] = round(out["big_rss_mb"] / out["small_rss_mb"], 2)
+    out["targets"] = {"rss_ratio<=1.3": out["rss_ratio"] <= 1.3, "big_rss<200MB": out["big_rss_mb"] < 200}
+    return out
+
+
+# ------------------------------------------------------------------ 3. saturation
+
+
+def bench_saturation(work: Path, requests: int) -> dict[str, Any]:
+    # Four servers with a capacity model: 16 running requests each, aggregate decode rates that differ, one dies.
+    rates = [20000, 20000, 14000, 10000]
+    sims = []
+    for i, rate in enumerate(rates):
+        args = ["--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300"]
+        args += ["--max-running-requests", "16", "--decode-rate", str(rate), "--seed", str(i)]
+        if i == 3:
+            args += ["--die-after", str(requests // 10)]
+        sims.append(Sim(*args))
+    try:
+        prompts = work / "saturation.jsonl"
+        write_prompts(prompts, requests)
+        cfg = write_config(work, [s.url for s in sims], 20, prompts)
+        run = timed([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"])
+        run_dir = work / f"run-{cfg.stem}"
+        _, tok_rate, rows, last = steady_rate(run_dir)
+        ds = pds.dataset(str(run_dir / "shards"), format="parquet").to_table(columns=["created_at", "endpoint"])
+        dead_rows = pc.sum(pc.equal(ds.column("endpoint"), sims[3].url)).as_py()
+        ts = pc.cast(ds.column("created_at"), "int64")
+        span = (pc.max(ts).as_py() - pc.min(ts).as_py()) / 1e6
+        dead_share = min(1.0, (dead_rows * 300 / rates[3]) / span) if span else 0
+        capacity = sum(rates[:3]) + rates[3] * dead_share
+    finally:
+        for s in sims:
+            s.stop()
+    return {
+        "requests": requests,
+        "rows": rows,
+        "capacity_tokens_per_s": round(capacity),
+        "achieved_tokens_per_s": round(tok_rate),
+        "saturation": round(tok_rate / capacity, 3),
+        "exit_lag_s": round(run["end"] - last, 2),
+        "targets": {"saturation>=0.97": tok_rate / capacity >= 0.97, "exit_lag<2s": run["end"] - last < 2},
+    }
+
+
+# ------------------------------------------------------------------ 4. startup
+
+
+def bench_startup(work: Path) -> dict[str, Any]:
+    sim = Sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3")
+    try:
+        prompts = work / "startup.jsonl"
+        write_prompts(prompts, 100)
+        cfg = write_config(work, [sim.url], 8, prompts)
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT)
+        first = None
+        with httpx.Client(timeout=5) as client:
+            while time.monotonic() - t0 < 30:
+                if client.get(f"{sim.url}/_sim/stats").json()["requests"] > 0:
+                    first = time.monotonic() - t0
+                    break
+                time.sleep(0.005)
+        proc.wait()
+    finally:
+        sim.stop()
+    return {"launch_to_first_request_s": round(first or -1, 3), "targets": {"<1.5s": first is not None and first < 1.5}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", choices=["overhead", "scale", "saturation", "startup"])
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--concurrency", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=1800, help="mean completion tokens in the overhead scenario")
+    ap.add_argument("--scale-big", type=int, default=1_000_000)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="regen-bench-"))
+    wanted = args.only or ["overhead", "scale", "saturation", "startup"]
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    for name in wanted:
+        if name == "overhead":
+            results[name] = bench_overhead(work, args.requests, args.concurrency, args.tokens)
+        elif name == "scale":
+            results[name] = bench_scale(work, args.scale_big, 10_000, limit=5000)
+        elif name == "saturation":
+            results[name] = bench_saturation(work, max(2000, args.requests // 5))
+        elif name == "startup":
+            results[name] = bench_startup(work)
+        print(f"## {name}\n" + "\n".join(f"  {k}: {v}" for k, v in results[name].items()), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    asyncio.run(asyncio.sleep(0))
+    raise SystemExit(main())
