@@ -233,7 +233,8 @@ def _coerce(tp: Any, value: Any, *, path: str, where: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{where}: {path} must be an array, got {_tname(value)}")
         if dataclasses.is_dataclass(item_tp):
-            return tuple(_build(item_tp, v, path=f"{path}[{i}]", where=where) for i, v in enumerate(value))
+            item_cls = typing.cast(type, item_tp)
+            return tuple(_build(item_cls, v, path=f"{path}[{i}]", where=where) for i, v in enumerate(value))
         return tuple(_coerce(item_tp, v, path=f"{path}[{i}]", where=where) for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
@@ -262,4 +263,6 @@ def _scalar(tp: Any, value: Any, *, path: str, where: str) -> Any:
 
 
 def _tname(value: Any) -> str:
-    return {dict: "table", list: "array"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict):
+        return "table"
+    return "array" if isinstance(value, list) else type(value).__name__

@@ -79,9 +79,6 @@ class Dispatcher:
             except FatalEndpointError:
                 await self.pool.release(ep, unused=True)
                 raise
-            except BaseException:  # cancelled (drain timeout): give the slot back, the prompt stays pending
-                await asyncio.shield(self.pool.release(ep, unused=True))
-                raise
             except PermanentRequestError as exc:
                 await self.pool.release(ep)
                 self._reject(prompt, None, attempts + 1, "http_4xx", str(exc))
@@ -107,6 +104,9 @@ class Dispatcher:
                 if attempts < self.cfg.client.max_attempts:
                     await self.sleep(self.retry.delay_for(attempts, exc.retry_after))
                 continue
+            except asyncio.CancelledError:  # drain timed out: give the slot back; the prompt stays pending
+                await asyncio.shield(self.pool.release(ep, unused=True))
+                raise
             await self.pool.release(ep, latency=completion.latency_s)
             ep = None
             attempts += 1

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from asyncio_throttle import Throttler  # type: ignore[import-untyped]
+from asyncio_throttle import Throttler
 
 from .client import EndpointClient
 from .errors import EndpointError, RequestError
@@ -97,10 +97,18 @@ class Pool:
         return ep
 
     async def release(
-        self, ep: EndpointState, *, latency: float | None = None, error: RequestError | None = None
+        self,
+        ep: EndpointState,
+        *,
+        latency: float | None = None,
+        error: RequestError | None = None,
+        unused: bool = False,
     ) -> None:
+        """Give a slot back, recording the outcome (`unused`: nothing was learned about the endpoint)."""
         ep.inflight -= 1
-        if error is None:
+        if unused:
+            pass
+        elif error is None:
             ep.ok += 1
             ep.consecutive_failures = 0
             ep.cooldown_s = 1.0
