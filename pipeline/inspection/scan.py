@@ -126,10 +126,14 @@ def _batches(f: DataFile, filters: Filters) -> Iterator[tuple[pa.RecordBatch, np
     pfile = pq.ParquetFile(f.path)
     names = set(pfile.schema_arrow.names)
     columns = [c for c in _SCAN_COLUMNS if c in names] + (["reason"] if f.rejects else [])
+    missing: list[str] = []
     if filters.where is not None:
-        columns += sorted(c for c in filters.where.columns if c not in columns)
+        columns += sorted(c for c in filters.where.columns if c not in columns and c in names)
+        missing = sorted(c for c in filters.where.columns if c not in names)
     start = 0
     for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        for name in missing:  # e.g. `reason` in a shard: null there, as in a table of both
+            batch = batch.append_column(name, pa.nulls(batch.num_rows, pa.string()))
         rows = np.arange(start, start + batch.num_rows, dtype=np.int64)
         start += batch.num_rows
         mask = _mask(batch, filters)

@@ -1,0 +1,218 @@
+"""inspect_run and run_status over hand-built RUN_DIRs with planted defects (see test_inspection_runs.py).
+
+Expected filter counts were cross-checked with an independent DuckDB query over the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+from test_inspection_runs import A, B, C, T0, add_journal, build_run, row, write
+
+from pipeline.inspection import (
+    WhereError,
+    format_inspect,
+    format_status,
+    inspect_run,
+    parse_where,
+    run_status,
+)
+from pipeline.inspection.scan import looping_text
+from pipeline.inspection.textview import elide
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    return build_run(tmp_path, total_extra=10)
+
+
+def test_counts_reasons_and_finish_reasons(run: Path) -> None:
+    r = inspect_run(run)
+    assert (r["rows"], r["accepted"], r["rejected"]) == (230, 200, 30)
+    assert r["rejected_by_reason"] == {"empty_response": 25, "truncated": 5}
+    assert r["finish_reasons"] == {"stop": 225, "length": 5}
+    assert r["percentiles"]["completion_tokens"]["count"] == 200
+    assert r["percentiles"]["reasoning_tokens"]["p50"] == pytest.approx(224.5, abs=1)
+
+
+def test_bad_shard_and_bad_endpoint_stand_out(run: Path) -> None:
+    r = inspect_run(run)
+    flagged = {(f["kind"], f["name"]): f["flags"] for f in r["flagged"]}
+    assert set(flagged) == {("shard", "shards/w0-0002.parquet"), ("endpoint", B)}
+    assert any(x.startswith("empty_answer 40%") for x in flagged[("shard", "shards/w0-0002.parquet")])
+    assert any(x.startswith("repetition 20%") for x in flagged[("shard", "shards/w0-0002.parquet")])
+    assert flagged[("endpoint", B)] == ["reject 27% vs 4% elsewhere"]
+    assert r["per_endpoint"][B]["reject_rate"] == pytest.approx(25 / 92)
+    assert r["per_shard"]["shards/w0-0000.parquet"]["flags"] == []
+    assert "20 accepted rows have an empty answer" in r["warnings"]
+
+
+def test_empty_short_looping_and_shared_answers(run: Path) -> None:
+    r = inspect_run(run)
+    assert r["empty_answers"]["rows"] == 20
+    assert r["empty_answers"]["examples"][:2] == ["p00100", "p00101"]
+    assert r["repetition"]["rows"] == 10
+    assert r["repetition"]["examples"][0] == "p00120"
+    assert r["short_answers"]["rows"] == 4
+    assert "p00045" in r["short_answers"]["examples"]
+    top = r["duplicates_answers"]["top"]
+    assert top[0]["count"] == 5 and top[0]["answer"].startswith("I'm sorry")
+    assert r["duplicates_answers"]["rows"] == 5
+
+
+def test_looping_rule() -> None:
+    assert looping_text("The same sentence again and again, forever. " * 30)
+    prose = " ".join(f"word{i} and then something else {i * 7}" for i in range(200))
+    assert not looping_text(prose)
+    assert not looping_text("short")
+
+
+def test_sample_is_reproducible_and_spread(run: Path) -> None:
+    first = [s["id"] for s in inspect_run(run, sample=12, seed=3)["sample"]]
+    again = [s["id"] for s in inspect_run(run, sample=12, seed=3)["sample"]]
+    other = [s["id"] for s in inspect_run(run, sample=12, seed=4)["sample"]]
+    assert first == again and len(set(first)) == 12
+    assert first != other
+    report = inspect_run(run, sample=12, seed=3)
+    assert len({s["file"] for s in report["sample"]}) > 1
+    assert all(s["file"].startswith("shards/") for s in report["sample"])
+    one = report["sample"][0]
+    assert one["prompt"].startswith("question") and one["answer"] is not None and one["finish_reason"] == "stop"
+
+
+def test_sample_rows_match_their_ids(run: Path) -> None:
+    for s in inspect_run(run, sample=30, seed=9)["sample"]:
+        i = int(s["id"][1:])
+        assert s["prompt"] == f"question {i}?"
+        assert s["completion_tokens"] == 300 + i % 50
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rows", "accepted"),
+    [
+        ({"reason": "truncated"}, 5, 0),
+        ({"endpoint": B}, 92, 67),
+        ({"shard": "w0-0002*"}, 50, 50),
+        ({"shard": "rejects/*"}, 30, 0),
+        ({"where": "finish_reason == 'length'"}, 5, 0),
+        ({"where": "completion_tokens >= 340"}, 40, 40),
+        ({"where": "answer_chars < 1 and endpoint != 'http://b:30000'"}, 13, 13),
+        ({"where": "reasoning_tokens > 245 or id == 'p00001'"}, 17, 17),
+        ({"where": "reason is not null"}, 30, 0),
+        ({"where": "answer contains 'sorry'"}, 5, 5),
+    ],
+    ids=[
+        "reason",
+        "endpoint",
+        "shard",
+        "rejects-glob",
+        "where-str",
+        "where-int",
+        "where-and",
+        "where-or",
+        "null",
+        "contains",
+    ],
+)
+def test_filters(run: Path, kwargs: dict[str, str], rows: int, accepted: int) -> None:
+    r = inspect_run(run, sample=3, **kwargs)  # type: ignore[arg-type]
+    assert (r["rows"], r["accepted"]) == (rows, accepted)
+    if "reason" in kwargs:
+        assert all(s["reason"] == kwargs["reason"] for s in r["sample"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["nope > 3", "completion_tokens >", "completion_tokens ~ 3", "finish_reason == stop", "a == 1 xor b == 2", ""],
+    ids=["unknown-column", "no-value", "bad-op", "unquoted", "bad-joiner", "empty"],
+)
+def test_where_errors(text: str) -> None:
+    with pytest.raises(WhereError):
+        parse_where(text, {"completion_tokens", "finish_reason", "a", "b"})
+
+
+def test_unknown_shard_is_an_error(run: Path) -> None:
+    with pytest.raises(WhereError, match="matches no file"):
+        inspect_run(run, shard="nothing*")
+
+
+def test_report_is_plain_json(run: Path) -> None:
+    text = json.dumps(inspect_run(run, sample=2))  # stdlib json: fails on numpy scalars
+    assert '"rows": 230' in text
+
+
+def test_format_inspect_elides_and_wraps(run: Path) -> None:
+    r = inspect_run(run, sample=2, where="reasoning_chars > 2000")
+    text = format_inspect(r, width=80)
+    assert "chars elided]" in text
+    assert "shards/w0-0002.parquet" in text and "attention:" in text
+    sample_part = text[text.index("── sample 1/") :]
+    assert max(len(line) for line in sample_part.splitlines()) <= 80
+    assert elide("x" * 1000, 10, 10).startswith("x" * 10 + " … [980 chars elided]")
+
+
+def test_empty_run(tmp_path: Path) -> None:
+    r = inspect_run(tmp_path, sample=3)
+    assert r["rows"] == 0 and r["sample"] == [] and r["flagged"] == []
+    s = run_status(tmp_path)
+    assert (s["done"], s["total"], s["pending"]) == (0, None, None)
+    assert "total unknown" in format_status(s)
+
+
+def test_status_counts_an_in_progress_run(run: Path) -> None:
+    add_journal(run)
+    s = run_status(run, now=T0 + 400)
+    assert s["total"] == 240
+    assert (s["accepted"], s["rejected"]) == (203, 31)  # +3 accepted, +1 rejected; p00000 counted once
+    assert s["in_journal"] == 4
+    assert s["pending"] == 240 - 234
+    assert s["rejected_by_reason"] == {"empty_response": 25, "truncated": 5, "http_4xx": 1}
+    assert s["endpoints"][B]["rejected"] == 25
+    assert s["rates"]["source"] == "rows"
+    assert s["rates"]["completions_per_s"] > 0
+    json.dumps(s)
+
+
+def test_status_rates_from_created_at(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    rows = [row(i, rng, created_at=int((T0 + i * 0.5) * 1e6), completion_tokens=100) for i in range(100)]
+    write(tmp_path / "shards" / "a.parquet", rows)
+    s = run_status(tmp_path, now=T0 + 50)
+    assert s["rates"]["completions_per_s"] == pytest.approx(100 / 49.5)
+    assert s["rates"]["output_tokens_per_s"] == pytest.approx(100 * 100 / 49.5)
+    assert s["rates"]["recent_completions_per_s"] == pytest.approx(100 / 60)
+    assert s["eta_s"] is None  # no total in a RUN_DIR without run.json
+
+
+def test_status_uses_fresh_metrics(run: Path) -> None:
+    now = T0 + 1000
+    (run / "metrics").mkdir()
+    for w in (0, 1):
+        lines = [
+            {
+                "t": now - 20 + k,
+                "done": 100 + 2 * k,
+                "accepted": 90 + 2 * k,
+                "rejected": 10,
+                "output_tokens": 1000 * k,
+                "endpoints": {A: {"inflight": 3 + w, "ok": 50, "errors": 1, "latency_p50": 1.5}},
+                "last_errors": [f"worker {w}: 503 at {k}"],
+            }
+            for k in range(21)
+        ]
+        blob = b"\n".join(orjson.dumps(x) for x in lines) + b'\n{"t": 1'
+        (run / "metrics" / f"worker-{w}.jsonl").write_bytes(blob)
+    s = run_status(run, now=now)
+    assert s["rates"]["source"] == "metrics"
+    assert s["rates"]["recent_completions_per_s"] == pytest.approx(4.0)
+    assert s["rates"]["recent_output_tokens_per_s"] == pytest.approx(2000.0)
+    assert s["eta_s"] == pytest.approx(10 / 4.0)
+    assert s["endpoints"][A]["inflight"] == 7 and s["endpoints"][A]["errors"] == 2
+    assert s["endpoints"][A]["accepted"] == 67
+    assert len(s["last_errors"]) == 2 and "503" in s["last_errors"][0]
+    text = format_status(s)
+    assert "ETA 0m02s" in text and "last errors:" in text and C in text

@@ -1,0 +1,58 @@
+"""write_html: one offline file, and its plots really render (headless Chromium screenshot).
+
+Chromium comes from the Debian `chromium` package, which the test gate installs; this test never skips.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+from test_inspection_runs import build_run
+
+from pipeline.inspection import inspect_run, write_html
+
+REASONING_BLUE = (0x4C, 0x72, 0xB0)  # the reasoning histogram's bar colour (report.py)
+ANSWER_ORANGE = (0xDD, 0x84, 0x52)
+
+
+def test_html_is_self_contained(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    write_html(inspect_run(build_run(tmp_path), sample=3), out)
+    page = out.read_text(encoding="utf-8")
+    assert page.count('src="data:image/png;base64,') == 4
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from the network
+    assert "shards/w0-0002.parquet" in page and 'class="flag"' in page
+    assert "empty_answer 40% vs 0% elsewhere" in page
+
+
+def test_plots_render_in_chromium(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    write_html(inspect_run(build_run(tmp_path), sample=2), out)
+    shot = tmp_path / "shot.png"
+    argv = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--window-size=1200,2000",
+        out.as_uri(),
+    ]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    pixels = (matplotlib.image.imread(shot)[..., :3] * 255).round().astype(np.int16)
+    plots = pixels[200:1100]  # the plot grid sits under the summary list
+    colours = np.unique(plots.reshape(-1, 3), axis=0)
+    assert len(colours) > 200  # antialiased axes, text and bars, not a blank or broken-image box
+    for colour in (REASONING_BLUE, ANSWER_ORANGE):
+        near = (np.abs(plots - np.array(colour)).max(axis=-1) <= 6).sum()
+        assert near > 2000, f"too few {colour} pixels ({near}): a histogram did not render"
