@@ -56,7 +56,7 @@ SAMPLING_FIELDS = {
     "max_completion_tokens": True,
     "seed": True,
 }
-_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson")
+_SUFFIXES = {"jsonl": (".jsonl", ".jsonl.gz", ".ndjson"), "parquet": (".parquet",), "arrow": (".arrow",)}
 _KIND_BY_FORMAT = {"jsonl": "jsonl", "openai-batch": "jsonl", "parquet": "parquet", "datasets": "arrow"}
 
 Row = tuple[int, Any]  # (row number, parsed object or _Broken)
@@ -371,16 +371,13 @@ def _resolve(pattern: str, fmt: str) -> dict[Path, str]:
 
 
 def _kind(path: Path, fmt: str, *, named: bool) -> str:
-    """How to read `path`: by `fmt`, else by extension. A file named on its own must be readable ('' skips)."""
+    """How to read `path` ('' = skip it): by extension, or by `fmt` for a file named on its own."""
     name = path.name.lower()
-    if fmt == "openai-batch" or fmt == "jsonl":
-        kind = "jsonl" if name.endswith(_JSONL_SUFFIXES) or named else ""
-    elif fmt in _KIND_BY_FORMAT:
-        kind = _KIND_BY_FORMAT[fmt] if name.endswith((".parquet", ".arrow")) or named else ""
-    elif name.endswith(_JSONL_SUFFIXES):
-        kind = "jsonl"
+    by_name = next((kind for kind, suffixes in _SUFFIXES.items() if name.endswith(suffixes)), "")
+    if fmt == "auto":
+        kind = by_name
     else:
-        kind = {".parquet": "parquet", ".arrow": "arrow"}.get(path.suffix.lower(), "")
+        kind = _KIND_BY_FORMAT[fmt] if named or by_name == _KIND_BY_FORMAT[fmt] else ""
     if named and not kind:
         raise InputError(f"{path}: cannot tell the format from the name; set input.format")
     return kind
