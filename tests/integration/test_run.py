@@ -198,7 +198,7 @@ def test_shards_load_with_datasets_and_duckdb(tmp_path: Path, sim) -> None:
     ds = datasets.load_dataset("parquet", data_files=pattern, split="train")
     assert sorted(ds["id"]) == sorted(ids)
     assert set(ds.column_names) >= {"id", "messages", "reasoning", "answer", "finish_reason", "created_at", "topic"}
-    count = duckdb.sql(f"select count(distinct id) from read_parquet('{pattern}')").fetchone()
-    assert count is not None and count[0] == 40
+    rows = duckdb.sql(f"select count(distinct id), count(*) from read_parquet('{pattern}')").fetchall()
+    assert rows == [(40, 40)]
     schema = pq.read_schema(next((tmp_path / "run" / "shards").glob("*.parquet")))
     assert schema.metadata[b"regen_schema_version"] == b"1"
