@@ -208,7 +208,9 @@ def _reproduce_section(manifest: dict[str, Any]) -> str:
         "## Reproduce\n\n"
         f"`{CONFIG_FILE}` beside this card is the run's resolved config (config hash "
         f"`{manifest.get('config_hash', 'unknown')}`). With the same input and server:\n\n"
-        f"```\nregen run {CONFIG_FILE}\n```\n"
+        f"```\nregen run {CONFIG_FILE} --output NEW_RUN_DIR\n```\n\n"
+        "Without `--output` the run goes to the config's `output.dir`, where rerunning resumes the original run "
+        "(and sends no request for prompts already done).\n"
     )
     if files:
         text += f"\nInput files ({len(files)}): " + ", ".join(f"`{f}`" for f in files[:10])

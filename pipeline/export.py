@@ -7,7 +7,7 @@ rejected rows are exported only when asked for, into their own `rejects` config 
 
 Layout of `out`:
 
-    out/README.md                  dataset card (card.py), front matter names the data files per split
+    out/README.md                  dataset card (card.py); front matter: config `default` (accepted), `rejects`
     out/regen-config.toml          the run's resolved config, for `regen run regen-config.toml`
     out/data/train-00000.parquet   accepted rows (or .jsonl)
     out/data/rejects-00000.parquet rejected rows, only with include_rejects

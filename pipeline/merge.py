@@ -154,12 +154,14 @@ def _plan_groups(folder: Path, target_rows: int) -> list[dict[str, Any]]:
             groups.append(group)
         group["inputs"].append(path)
         group["rows"] += meta.metadata.num_rows
-    kept = []
+    kept: list[dict[str, Any]] = []
+    token = uuid.uuid4().hex[:12]
     for group in groups:
         full, rest = divmod(group["rows"], target_rows)
         sizes = [target_rows] * full + ([rest] if rest else [])
         if len(sizes) < len(group["inputs"]):
-            group["outputs"] = [(f"merged-{uuid.uuid4().hex[:12]}.parquet", n) for n in sizes]
+            start = sum(len(g["outputs"]) for g in kept)  # names sort in row order within one merge
+            group["outputs"] = [(f"merged-{token}-{start + i:05d}.parquet", n) for i, n in enumerate(sizes)]
             kept.append(group)
     return kept
 
