@@ -151,6 +151,7 @@ class PromptReader:
     def _duplicates(self) -> dict[str, int]:
         if self._repeats is not None:
             return self._repeats
+        # Python's str hash is 64-bit and salted per process; both passes run in this process, so they agree.
         parts = [np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids)) for ids in self.scan_ids()]
         hashes = np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
         self._total = len(hashes)
