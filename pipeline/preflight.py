@@ -1,0 +1,685 @@
+"""Preflight: is each endpoint the server the config says it is?
+
+For one endpoint, `preflight_endpoint` first gathers facts over the control plane (reachability, auth, /health,
+/v1/models, the resolved /server_info, a live thinking probe), then judges them with pure functions. Only what
+`[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else preflight learns
+(speculative decoding on or off, accept length, capacity) is information. Behind sglang-router, whose own
+/get_server_info describes the router, each worker listed at /workers is checked in turn.
+
+Every check is `{name, key, expected, actual, ok, hint, level}`: `key` is the /server_info key actually checked
+(version-aware for the mamba strategy), `level` is "error" for a failed check, else "warning" or "info".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+
+from . import sglang_facts as facts
+from .config import ClientConfig, Config, EndpointConfig
+from .errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
+from .retry import RetryPolicy
+
+PROBE_RID_PREFIX = "regen-probe-"
+PROBE_MAX_TOKENS = 128
+PROBE_PROMPT = "What is 17 + 25? Think briefly, then answer with the number."
+# The /server_info keys that make a server "the same configuration" across a restart.
+FINGERPRINT_KEYS = (
+    "version",
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "ep_size",
+    "context_length",
+    "max_running_requests",
+    "page_size",
+    "attention_backend",
+    "disable_radix_cache",
+    "disable_overlap_schedule",
+    facts.MAMBA_OLD,
+    facts.MAMBA_NEW,
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "reasoning_parser",
+    "tool_call_parser",
+)
+
+Sleep = Callable[[float], Awaitable[None]]
+Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
+
+
+# ---------------------------------------------------------------- the control plane (one httpx client)
+
+
+class _Control:
+    """Small GETs and one probe POST to one server; transport failures become our errors here and only here."""
+
+    def __init__(self, url: str, client: ClientConfig, api_key: str | None):
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        timeout = httpx.Timeout(connect=client.connect_timeout_s, read=60.0, write=30.0, pool=30.0)
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=2)
+        self.http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, limits=limits)
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self.http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise EndpointDownError(f"{self.url}: port closed ({exc})") from None
+        except httpx.TimeoutException as exc:
+            raise RetryableRequestError(f"{self.url}{path}: timed out ({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise RetryableRequestError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from None
+
+    async def json(self, path: str) -> tuple[int, Any]:
+        """(status, parsed body or None) for a GET."""
+        resp = await self.request("GET", path)
+        try:
+            return resp.status_code, resp.json() if resp.content else None
+        except ValueError:
+            return resp.status_code, None
+
+
+@asynccontextmanager
+async def _control(url: str, client: ClientConfig, api_key: str | None) -> AsyncIterator[_Control]:
+    ctl = _Control(url, client, api_key)
+    async with ctl.http:
+        yield ctl
+
+
+async def _retrying(fn: Callable[[], Awaitable[Any]], attempts: int, policy: RetryPolicy, sleep: Sleep) -> Any:
+    """Run `fn`, retrying transient failures (timeouts, resets, 5xx) with the run's retry policy."""
+    for attempt in range(1, max(1, attempts) + 1):
+        try:
+            return await fn()
+        except RetryableRequestError as exc:
+            if attempt >= attempts:
+                raise
+            await sleep(policy.delay_for(attempt, exc.retry_after))
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------- gathering facts
+
+
+@dataclasses.dataclass
+class _Facts:
+    url: str
+    reach: str = "open"  # open | port closed | timeout | error text
+    auth_status: int | None = None
+    health: int | str | None = None
+    models: list[str] = dataclasses.field(default_factory=list)
+    info: dict[str, Any] | None = None
+    info_path: str = "/server_info"
+    router_workers: list[str] | None = None
+    probe: dict[str, Any] | None = None
+
+
+async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> _Facts:
+    got = _Facts(ctl.url)
+    attempts = cfg.client.max_attempts
+
+    async def get(path: str) -> tuple[int, Any]:
+        async def once() -> tuple[int, Any]:
+            status, body = await ctl.json(path)
+            if status >= 500:
+                raise RetryableRequestError(f"{ctl.url}{path}: HTTP {status}", status=status)
+            return status, body
+
+        return await _retrying(once, attempts, retry, sleep)
+
+    try:
+        status, body = await get("/v1/models")
+    except EndpointDownError:
+        got.reach = "port closed"
+        return got
+    except RetryableRequestError as exc:
+        got.reach = str(exc)
+        return got
+    got.auth_status = status
+    if status in (401, 403):
+        return got
+    got.models = [str(m.get("id")) for m in (body or {}).get("data") or [] if isinstance(m, dict)]
+    got.health = await _health(get)
+    got.info, got.info_path = await _server_info(get)
+    if _is_router(got.info):
+        got.router_workers = await _router_workers(get)
+    if probe:
+        got.probe = await _probe(ctl, cfg, got, retry, sleep)
+        if got.info is not None and got.router_workers is None:
+            _, fresh = await get(got.info_path)  # avg_spec_accept_length now counts the probe
+            if isinstance(fresh, dict):
+                got.info["internal_states"] = fresh.get("internal_states")
+    return got
+
+
+async def _health(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> int | str:
+    try:
+        status, _ = await get("/health")
+        return status
+    except RetryableRequestError as exc:
+        return exc.status or str(exc)
+
+
+async def _server_info(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> tuple[dict[str, Any] | None, str]:
+    """/server_info, or /get_server_info (older SGLang; sglang-router answers only the old name)."""
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            status, body = await get(path)
+        except RetryableRequestError:
+            continue
+        if status == 200 and isinstance(body, dict):
+            return body, path
+    return None, "/server_info"
+
+
+def _is_router(info: Mapping[str, Any] | None) -> bool:
+    if not info:
+        return False
+    return "router_manager" in info or ("model_path" not in info and "workers_count" in info)
+
+
+async def _router_workers(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> list[str]:
+    """Worker URLs from sglang-router's GET /workers ({"workers": [{"url": ...}]}), or [] if it lists none."""
+    try:
+        status, body = await get("/workers")
+    except RetryableRequestError:
+        return []
+    rows = body.get("workers", []) if isinstance(body, dict) else body if isinstance(body, list) else []
+    urls = [row.get("url") if isinstance(row, dict) else row for row in rows]
+    return [str(u) for u in urls if u] if status == 200 else []
+
+
+async def _probe(ctl: _Control, cfg: Config, got: _Facts, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
+    """One small thinking request; a fresh rid per attempt (a retried rid may still be in flight: 400 duplicate)."""
+    gen = cfg.generation
+    version = (got.info or {}).get("version")
+    body: dict[str, Any] = {
+        "model": gen.model,
+        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        "max_tokens": PROBE_MAX_TOKENS,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "separate_reasoning": gen.separate_reasoning,
+        "chat_template_kwargs": {"enable_thinking": gen.thinking},
+    }
+    v = facts.version_tuple(version)
+    if v is not None and v >= (0, 5, 14):
+        body["return_meta_info"] = True
+    rids: list[str] = []
+
+    async def once() -> dict[str, Any]:
+        rids.append(f"{PROBE_RID_PREFIX}{uuid.uuid4().hex}")
+        resp = await ctl.request("POST", "/v1/chat/completions", json={**body, "rid": rids[-1]}, timeout=300.0)
+        if resp.status_code >= 500:
+            raise RetryableRequestError(f"HTTP {resp.status_code}: {resp.text[:200]}", status=resp.status_code)
+        return _parse_probe(resp)
+
+    try:
+        out = await _retrying(once, cfg.client.max_attempts, retry, sleep)
+    except RequestError as exc:
+        out = {"error": str(exc)}
+    return {**out, "rid": rids[-1] if rids else None, "attempts": len(rids)}
+
+
+def _parse_probe(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        obj = resp.json()
+    except ValueError:
+        raise RetryableRequestError(f"HTTP {resp.status_code}: invalid JSON in the probe response") from None
+    if resp.status_code != 200 or not isinstance(obj, dict) or not obj.get("choices"):
+        message = obj.get("message") or obj.get("error") if isinstance(obj, dict) else obj
+        return {"error": f"HTTP {resp.status_code}: {str(message)[:300]}", "status": resp.status_code}
+    choice = obj["choices"][0]
+    message = choice.get("message") or {}
+    meta = choice.get("meta_info") or {}
+    spec = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
+    accept = meta.get("spec_accept_length") or spec.get("spec_accept_length") or spec.get("accept_length")
+    return {
+        "content": message.get("content") or "",
+        "reasoning": message.get("reasoning_content") or "",
+        "finish_reason": choice.get("finish_reason"),
+        "spec_accept_length": accept,
+        "usage": obj.get("usage") or {},
+    }
+
+
+# ---------------------------------------------------------------- judging facts (pure)
+
+
+def _check(
+    name: str, key: str | None, expected: Any, actual: Any, ok: bool, hint: str = "", level: str | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "key": key,
+        "expected": expected,
+        "actual": actual,
+        "ok": ok,
+        "hint": hint,
+        "level": level or ("info" if ok else "error"),
+    }
+
+
+def effective_concurrency(info: Mapping[str, Any]) -> int | None:
+    """The real concurrency cap: internal_states[].effective_max_running_requests_per_dp over the DP ranks."""
+    dp = int(info.get("dp_size") or 1)
+    states = info.get("internal_states") or []
+    per = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
+    caps = [int(p) for p in per if isinstance(p, int | float) and not isinstance(p, bool)]
+    if caps:
+        return sum(caps) if len(caps) == dp else caps[0] * dp
+    mrr = info.get("max_running_requests")
+    return int(mrr) if isinstance(mrr, int) else None
+
+
+def spec_accept_length(info: Mapping[str, Any], probe: Mapping[str, Any] | None) -> float | None:
+    values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or [] if isinstance(s, dict)]
+    numbers = [float(x) for x in values if isinstance(x, int | float) and x]
+    if numbers:
+        return round(sum(numbers) / len(numbers), 3)
+    from_probe = (probe or {}).get("spec_accept_length")
+    return float(from_probe) if isinstance(from_probe, int | float) else None
+
+
+def _derived(got: _Facts) -> dict[str, Any]:
+    info = got.info or {}
+    spec_on = bool(info.get("speculative_algorithm"))
+    return {
+        "version": info.get("version"),
+        "effective_max_running_requests": effective_concurrency(info),
+        "speculative_decoding": spec_on,
+        "spec_accept_length": spec_accept_length(info, got.probe) if spec_on else None,
+    }
+
+
+def _judge_reach(got: _Facts, ep: EndpointConfig) -> list[dict[str, Any]]:
+    if got.reach == "port closed":
+        return [
+            _check(
+                "reachable",
+                None,
+                "open",
+                "port closed",
+                False,
+                "still loading weights or not started: SGLang binds its port only after loading",
+            )
+        ]
+    if got.reach != "open":
+        return [_check("reachable", None, "open", got.reach, False, "network problem or server hung")]
+    checks = [_check("reachable", None, "open", "open", True)]
+    if got.auth_status in (401, 403):
+        env = ep.api_key_env
+        hint = (
+            f"the key in ${env} was refused"
+            if env and os.environ.get(env)
+            else "the server wants an API key: set endpoints.api_key_env to a variable holding it"
+        )
+        checks.append(_check("auth", None, "accepted", f"refused ({got.auth_status})", False, hint))
+    return checks
+
+
+def _judge_basics(got: _Facts, cfg: Config) -> list[dict[str, Any]]:
+    ok = got.health == 200
+    hint = "" if ok else "503: still warming up, or shutting down" if got.health == 503 else "unexpected /health"
+    checks = [_check("health", None, 200, got.health, ok, hint)]
+    wanted = cfg.generation.model
+    served = got.models or [str((got.info or {}).get("served_model_name"))]
+    if wanted == "default":
+        checks.append(_check("model", "served_model_name", None, served, True, "generation.model not set"))
+    else:
+        hint = "" if wanted in served else "set generation.model to the served name (or --served-model-name)"
+        if ":" in wanted and wanted not in served:
+            hint = "a model name with ':' is read as base:adapter (LoRA) and refused with 400"
+        checks.append(_check("model", "served_model_name", wanted, served, wanted in served, hint))
+    return checks
+
+
+def _judge_expect(got: _Facts, expectations: list[Expectation]) -> list[dict[str, Any]]:
+    info = got.info or {}
+    version = info.get("version")
+    derived = _derived(got)
+    checks = []
+    for name, expected, source in expectations:
+        label = f"--{name}" if source == "launch" else name
+        key = facts.resolve_key(name, info, version)
+        if key in facts.SECRET_KEYS:
+            continue
+        if key in facts.DERIVED_KEYS:
+            actual, present = derived.get(key), derived.get(key) is not None
+        else:
+            actual, present = info.get(key), key in info
+        if not present:
+            if source == "launch":  # a launcher-only flag (or one this version does not report): information
+                checks.append(_check(label, key, expected, None, True, "not reported by /server_info", "info"))
+            else:
+                checks.append(_check(label, key, expected, None, False, _missing_hint(key, info, version)))
+            continue
+        if source == "launch" and expected == "auto":
+            checks.append(_check(label, key, expected, actual, True, f"SGLang resolved auto to {actual}"))
+            continue
+        ok = facts.same_value(key, expected, actual)
+        if (
+            ok
+            and key in facts.MAMBA_KEYS
+            and expected in ("extra_buffer", "extra_buffer_lazy")
+            and info.get("disable_radix_cache")
+            and (facts.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
+        ):
+            ok, actual = False, f"{actual} (inert: disable_radix_cache=true)"
+        hint = "" if ok else facts.drift_hint(key, expected, actual, info, version)
+        if not ok and source == "launch":
+            hint = f"you passed {label}={expected}, the server runs {key}={actual}: {hint}"
+        checks.append(_check(label, key, expected, actual, ok, hint))
+    return checks
+
+
+def _missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, [k for k in info if isinstance(k, str)], n=1, cutoff=0.7)
+    where = f"SGLang {version}" if version else "this server"
+    return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
+
+
+def _judge_info(got: _Facts, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
+    derived = _derived(got)
+    checks = []
+    cap = derived["effective_max_running_requests"]
+    if cap is not None and "effective_max_running_requests" not in expect_keys:
+        short = ep.concurrency > cap
+        hint = (
+            (
+                f"requests beyond {cap} wait in the server queue: lower endpoints.concurrency to {cap} or raise "
+                "--max-running-requests (hybrid models: the mamba cache caps it)"
+            )
+            if short
+            else ""
+        )
+        checks.append(
+            _check(
+                "concurrency",
+                "effective_max_running_requests",
+                f"≥ {ep.concurrency}",
+                cap,
+                True,
+                hint,
+                "warning" if short else "info",
+            )
+        )
+    return checks
+
+
+def _judge_probe(got: _Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
+    probe = got.probe
+    if probe is None:
+        return []
+    if "error" in probe:
+        return [_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")]
+    content, reasoning = probe["content"], probe["reasoning"]
+    must = "reasoning_parser" in expect_keys  # a missing parser is drift only when [expect] asks for one
+    if cfg.generation.thinking:
+        separated = bool(reasoning) and "</think>" not in content
+        actual = (
+            f"reasoning {len(reasoning)} chars, answer {len(content)} chars"
+            if separated
+            else "reasoning inside content"
+            if "</think>" in content or not reasoning
+            else "?"
+        )
+        hint = (
+            ""
+            if separated
+            else (
+                "no --reasoning-parser (or separate_reasoning off): the client splits at "
+                "</think> itself, but launch with --reasoning-parser qwen3"
+            )
+        )
+        checks = [
+            _check(
+                "thinking",
+                "reasoning_content",
+                "separated",
+                actual,
+                separated or not must,
+                hint,
+                None if separated or must else "warning",
+            )
+        ]
+    else:
+        clean = "</think>" not in content
+        checks = [
+            _check(
+                "thinking",
+                "content",
+                "no think markers",
+                "clean" if clean else "</think> in content",
+                clean or not must,
+                "" if clean else "thinking is off but the answer carries </think>",
+            )
+        ]
+    derived = _derived(got)
+    if got.router_workers is None and not {"speculative_decoding", "spec_accept_length"} & expect_keys:
+        spec = (got.info or {}).get("speculative_algorithm")
+        accept = derived["spec_accept_length"]
+        actual = f"{spec}, accept length {accept}" if spec else "off"
+        checks.append(
+            _check(
+                "speculative",
+                "speculative_algorithm",
+                None,
+                actual,
+                True,
+                "" if spec else "launch with --speculative-algorithm to decode faster",
+            )
+        )
+    return checks
+
+
+def _info(got: _Facts) -> dict[str, Any]:
+    info = got.info or {}
+    derived = _derived(got)
+    mamba = next((k for k in facts.MAMBA_KEYS if k in info), None)
+    return {
+        **derived,
+        "served_models": got.models,
+        "speculative_algorithm": info.get("speculative_algorithm"),
+        "reasoning_parser": info.get("reasoning_parser"),
+        "max_running_requests": info.get("max_running_requests"),
+        "dp_size": info.get("dp_size"),
+        "mamba": {"key": mamba, "value": info.get(mamba)} if mamba else None,
+        "capacity": {k: info.get(k) for k in ("max_total_num_tokens", "max_req_input_len", "context_length")},
+        "server_info_path": got.info_path if got.info is not None else None,
+        "probe_rid": (got.probe or {}).get("rid"),
+        "probe_finish_reason": (got.probe or {}).get("finish_reason"),
+        "router_workers": got.router_workers,
+    }
+
+
+# ---------------------------------------------------------------- public API
+
+
+def _expectations(cfg: Config, extra_expect: Mapping[str, Any] | None) -> list[Expectation]:
+    out: list[Expectation] = [(k, v, "expect") for k, v in cfg.expect.items()]
+    seen = {(facts.server_key(k), repr(v)) for k, v, _ in out}
+    for k, v in (extra_expect or {}).items():
+        if (facts.server_key(k), repr(v)) not in seen:
+            out.append((k, v, "launch"))
+    return out
+
+
+def _endpoint_config(cfg: Config, url: str) -> EndpointConfig:
+    for ep in cfg.endpoints:
+        if ep.url.rstrip("/") == url.rstrip("/"):
+            return ep
+    return EndpointConfig(url=url)
+
+
+async def preflight_endpoint(
+    url: str,
+    cfg: Config,
+    *,
+    api_key: str | None = None,
+    probe: bool = True,
+    extra_expect: Mapping[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> dict[str, Any]:
+    """Check one endpoint: {url, ok, reachable, version, checks, info[, workers]}.
+
+    `extra_expect` (flag → value, e.g. the launched args) is checked like [expect]; a failure reads
+    "you passed X=a, the server runs X=b". Behind sglang-router, each listed worker is checked too.
+    """
+    retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
+    ep = _endpoint_config(cfg, url)
+    expectations = _expectations(cfg, extra_expect)
+    async with _control(url, cfg.client, api_key) as ctl:
+        got = await _gather(ctl, cfg, probe, retry, sleep)
+    checks = _judge_reach(got, ep)
+    result: dict[str, Any] = {
+        "url": url,
+        "ok": False,
+        "reachable": got.reach == "open",
+        "version": None,
+        "checks": checks,
+        "info": _info(got),
+    }
+    if not all(c["ok"] for c in checks):
+        return result
+    expect_keys = {facts.server_key(name) for name, _, _ in expectations}
+    checks += _judge_basics(got, cfg)
+    if got.router_workers is None:
+        checks += _judge_expect(got, expectations) + _judge_info(got, ep, expect_keys)
+    else:
+        result["workers"] = await _check_workers(got.router_workers, cfg, api_key, extra_expect, retry, sleep)
+        checks += _worker_checks(result["workers"], expectations)
+    checks += _judge_probe(got, cfg, expect_keys)
+    result["version"] = (got.info or {}).get("version")
+    result["ok"] = all(c["ok"] for c in checks)
+    return result
+
+
+async def _check_workers(
+    urls: list[str],
+    cfg: Config,
+    api_key: str | None,
+    extra: Mapping[str, Any] | None,
+    retry: RetryPolicy,
+    sleep: Sleep,
+) -> list[dict[str, Any]]:
+    tasks = [
+        preflight_endpoint(u, cfg, api_key=api_key, probe=False, extra_expect=extra, retry=retry, sleep=sleep)
+        for u in urls
+    ]
+    return list(await asyncio.gather(*tasks))
+
+
+def _worker_checks(workers: list[dict[str, Any]], expectations: list[Expectation]) -> list[dict[str, Any]]:
+    """A router's own checks: every worker's server-arg checks, tagged with the worker, or why none were made."""
+    if not workers:
+        names = ", ".join(n for n, _, _ in expectations) or "none asked"
+        return [
+            _check(
+                "router workers",
+                None,
+                "listed at /workers",
+                [],
+                not expectations,
+                f"the router lists no workers: [expect] checks not made ({names})",
+            )
+        ]
+    out = []
+    for worker in workers:
+        for check in worker["checks"]:
+            if check["name"] in ("model", "probe", "thinking", "speculative"):
+                continue
+            tagged = {**check, "worker": worker["url"]}
+            if check["name"] == "reachable" and not check["ok"]:
+                names = ", ".join(n for n, _, _ in expectations)
+                tagged["hint"] = f"the router lists it but it cannot be reached from here: not checked: {names}"
+                tagged["ok"] = not expectations
+            out.append(tagged)
+    return out
+
+
+async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool = True) -> dict[str, Any]:
+    """Preflight every endpoint at once: {ok, endpoints: [...]}. `url = "sim"` endpoints start the embedded
+    simulator with their sim_args for the duration; `urls` replaces the config's endpoints."""
+    endpoints = [EndpointConfig(url=u) for u in urls] if urls else list(cfg.endpoints)
+    async with AsyncExitStack() as stack:
+        jobs = []
+        for ep in endpoints:
+            url = ep.url
+            if url == "sim":
+                from .sim import SimConfig, serve  # only imported when a config asks for the simulator
+
+                url = await stack.enter_async_context(serve(SimConfig.from_argv(list(ep.sim_args))))
+            local = dataclasses.replace(cfg, endpoints=(dataclasses.replace(ep, url=url),))
+            api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+            jobs.append(preflight_endpoint(url, local, api_key=api_key, probe=probe))
+        results = list(await asyncio.gather(*jobs))
+    return {"ok": all(r["ok"] for r in results), "endpoints": results}
+
+
+async def server_fingerprint(url: str, api_key: str | None = None, client: ClientConfig | None = None) -> dict:
+    """The subset of /server_info that says "same configuration": compare two with `fingerprint_changes`.
+    Raises EndpointDownError (port closed), FatalEndpointError (auth) or RetryableRequestError."""
+    async with _control(url, client or ClientConfig(), api_key) as ctl:
+        for path in ("/server_info", "/get_server_info"):
+            status, body = await ctl.json(path)
+            if status in (401, 403):
+                raise FatalEndpointError(f"{url}{path}: HTTP {status} (check the endpoint's api_key_env)")
+            if status == 200 and isinstance(body, dict):
+                fp = {k: body[k] for k in FINGERPRINT_KEYS if k in body}
+                fp["effective_max_running_requests"] = effective_concurrency(body)
+                return fp
+    raise RetryableRequestError(f"{url}: no /server_info", status=status)
+
+
+def fingerprint_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Human lines "key: a → b" for every fingerprint key that differs."""
+    keys = sorted(set(before) | set(after))
+    return [f"{k}: {before.get(k)!r} → {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
+
+
+def format_preflight(result: Mapping[str, Any]) -> str:
+    """A table per endpoint: check, expected, actual, verdict, hint."""
+    blocks = []
+    for ep in result.get("endpoints", []):
+        head = f"{ep['url']}  {'OK' if ep['ok'] else 'FAILED'}" + (
+            f"  (SGLang {ep['version']})" if ep.get("version") else ""
+        )
+        rows = [("check", "expected", "actual", "verdict", "hint")]
+        for c in ep["checks"]:
+            verdict = "DRIFT" if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
+            name = c["name"] if c["key"] in (None, c["name"]) else f"{c['name']} [{c['key']}]"
+            if c.get("worker"):
+                name = f"{c['worker']}: {name}"
+            rows.append((name, _show(c["expected"]), _show(c["actual"]), verdict, c["hint"] or ""))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+        blocks.append("\n".join([head, *[line.rstrip() for line in lines]]))
+    verdict = "preflight passed" if result.get("ok") else "preflight FAILED: the servers differ from the config"
+    return "\n\n".join([*blocks, verdict])
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)

@@ -1,0 +1,451 @@
+"""What regen knows about SGLang's server arguments across versions (shared/SGLANG.md sections 4-6).
+
+Three kinds of knowledge, all pure data and pure functions:
+- key names: a launch flag or an `[expect]` key → the `/server_info` key that reports it, version-aware (the mamba
+  strategy is `mamba_scheduler_strategy` up to 0.5.12 and `mamba_radix_cache_strategy` from 0.5.14);
+- known-bad launch combinations for a target version (`known_bad`), found before anything starts;
+- hints: why SGLang reports a value other than the one asked for (`drift_hint`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MAMBA_OLD = "mamba_scheduler_strategy"
+MAMBA_NEW = "mamba_radix_cache_strategy"
+MAMBA_KEYS = (MAMBA_OLD, MAMBA_NEW)
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+
+# Flags whose argparse destination is not the flag name with dashes turned into underscores.
+_FLAG_ALIASES = {"model": "model_path", "tp": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size"}
+# Launch args that say nothing about the running server (or must never be echoed).
+SECRET_KEYS = frozenset({"api_key", "admin_api_key", "hf_token"})
+_NOT_SERVER_ARGS = frozenset({"config"})
+# Facts preflight derives instead of reading one /server_info key; "at least" facts pass when actual >= expected.
+DERIVED_KEYS = frozenset({"effective_max_running_requests", "spec_accept_length", "speculative_decoding", "version"})
+AT_LEAST_KEYS = frozenset({"effective_max_running_requests", "spec_accept_length"})
+# Values SGLang reports under another name without changing anything.
+_EQUIVALENT = {("speculative_algorithm", "NEXTN"): "EAGLE"}
+_HYBRID_NAMES = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3-next", "nemotron-h", "falcon-h1", "granite-4")
+_EXTRA_BUFFER_NAMES = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3-next")
+
+
+def version_tuple(version: str | None) -> tuple[int, int, int] | None:
+    """'0.5.10.post1' → (0, 5, 10); None or an unparsable string → None."""
+    if not version:
+        return None
+    found = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if not found:
+        return None
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def mamba_key(version: str | None) -> str | None:
+    """The /server_info key of the mamba strategy for `version` (None when the version is unknown)."""
+    v = version_tuple(version)
+    if v is None:
+        return None
+    return MAMBA_OLD if v < (0, 5, 14) else MAMBA_NEW
+
+
+def server_key(name: str) -> str:
+    """A launch flag (`model-path`, `--tp`) or an [expect] key → its server_args name."""
+    key = name.lstrip("-").replace("-", "_")
+    return _FLAG_ALIASES.get(key, key)
+
+
+def resolve_key(name: str, info: Mapping[str, Any], version: str | None) -> str:
+    """The /server_info key that answers an expectation named `name` on this server.
+
+    Either mamba name checks whichever of the two the server reports, preferring the one its version uses.
+    """
+    key = server_key(name)
+    if key not in MAMBA_KEYS:
+        return key
+    by_version = mamba_key(version)
+    present = [k for k in MAMBA_KEYS if k in info]
+    if by_version in present or (by_version and not present):
+        return by_version
+    return present[0] if present else key
+
+
+def same_value(key: str, expected: Any, actual: Any) -> bool:
+    """Whether a resolved value satisfies an expectation: types normalised (TOML int vs float, "true" vs True)."""
+    if key in AT_LEAST_KEYS and _is_number(expected) and _is_number(actual):
+        return float(actual) >= float(expected)
+    alias = _EQUIVALENT.get((key, expected.upper())) if isinstance(expected, str) else None
+    if alias is not None and alias == actual:
+        return True
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return _as_bool(expected) is not None and _as_bool(expected) == _as_bool(actual)
+    if _is_number(expected) and _is_number(actual):
+        return float(expected) == float(actual)
+    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
+        return len(expected) == len(actual) and all(
+            same_value(key, e, a) for e, a in zip(expected, actual, strict=True)
+        )
+    if expected is None or actual is None:
+        return expected is None and actual is None
+    return str(expected) == str(actual)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    if value is None:
+        return False
+    if _is_number(value):
+        return bool(value)
+    return None
+
+
+def looks_hybrid(model_path: str) -> bool:
+    """Whether a model path names a hybrid (mamba / linear-attention) architecture, by its name."""
+    return any(tag in model_path.lower() for tag in _HYBRID_NAMES)
+
+
+def _supports_extra_buffer(model_path: str) -> bool:
+    return any(tag in model_path.lower() for tag in _EXTRA_BUFFER_NAMES)
+
+
+def spec_v2_enabled(env: Mapping[str, str], version: tuple[int, int, int]) -> bool:
+    """SGLANG_ENABLE_SPEC_V2 as SGLang ≤0.5.12 reads it (default off before 0.5.12, on in 0.5.12)."""
+    raw = env.get(SPEC_V2_ENV)
+    if raw is None:
+        return version >= (0, 5, 12)
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+# ---------------------------------------------------------------- hints for drift
+
+
+def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], version: str | None) -> str:
+    """Why SGLang may report `actual` where `expected` was asked for, and what to change."""
+    v = version_tuple(version)
+    spec = info.get("speculative_algorithm")
+    if key in MAMBA_KEYS:
+        return _mamba_hint(key, expected, actual, info, v)
+    if key == "speculative_algorithm":
+        if actual is None:
+            return "speculative decoding is off: launch with --speculative-algorithm (EAGLE for MTP heads)"
+        return f"SGLang reports {actual}; NEXTN is always reported as EAGLE"
+    if key == "disable_radix_cache" and actual:
+        return (
+            "SGLang disables the radix cache for hybrid models with no_buffer + speculative decoding (0.5.9), "
+            "trtllm_mha + no_buffer, and PD decode servers; use extra_buffer to keep it"
+        )
+    if key == "disable_overlap_schedule" and actual:
+        why = "mamba no_buffer, NGRAM speculative decoding"
+        if v is None or v < (0, 5, 14):
+            why += f", spec v1 (speculative_eagle_topk > 1 or {SPEC_V2_ENV} off, ≤0.5.12)"
+        return f"SGLang turns the overlap schedule off for {why}"
+    if key == "max_running_requests" and spec and actual == 48:
+        return "SGLang caps max_running_requests at 48 with speculative decoding unless --max-running-requests is set"
+    if key == "speculative_num_draft_tokens" and info.get("speculative_eagle_topk") == 1:
+        return "at speculative_eagle_topk 1 SGLang forces speculative_num_draft_tokens = speculative_num_steps + 1"
+    if key == "reasoning_parser" and not actual:
+        return "without --reasoning-parser the reasoning lands in content with its </think>; launch with it"
+    if key == "page_size":
+        return "SGLang sets page_size by attention backend (64 trtllm/flashmla, 128 cutlass_mla/fa4, 1 mamba no_buffer)"
+    if key == "served_model_name":
+        return "--served-model-name defaults to the model path; set it to generation.model"
+    if key == "chunked_prefill_size":
+        return "SGLang sizes chunked_prefill_size by GPU memory when unset and divides it by dp_size with DP attention"
+    return "SGLang resolved this server arg differently; compare /server_info with the launch flags"
+
+
+def _mamba_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], v: tuple[int, int, int] | None) -> str:
+    flag = "--" + key.replace("_", "-")
+    if info.get("disable_radix_cache") and actual == expected:
+        return f"{expected} is inert with --disable-radix-cache (≥0.5.14): no mamba state is cached"
+    if expected == "extra_buffer" and actual == "no_buffer":
+        if v is not None and v < (0, 5, 14):
+            extra = f" and set {SPEC_V2_ENV}=1" if v < (0, 5, 12) and info.get("speculative_algorithm") else ""
+            return (
+                f"SGLang {'.'.join(map(str, v))} resolves auto (the default) to no_buffer: pass "
+                f"{flag} extra_buffer explicitly{extra}; a PD decode server (0.5.12) also falls back to no_buffer"
+            )
+        return (
+            f"auto picks no_buffer when the overlap schedule is off with page_size 1, or the architecture / "
+            f"linear_attn_backend has no extra buffer: pass {flag} extra_buffer explicitly"
+        )
+    return f"SGLang resolved {flag} to {actual}; pass the strategy explicitly"
+
+
+# ---------------------------------------------------------------- known-bad launch combinations
+
+
+def known_bad(
+    args: Mapping[str, Any],
+    env: Mapping[str, str],
+    version: str | None,
+    expect: Mapping[str, Any] | None = None,
+    concurrency: int | None = None,
+) -> list[dict[str, Any]]:
+    """Problems in a launch (flags as `[launch].args` spells them) for SGLang `version`, each
+    {key, problem, hint, fatal}; `fatal` means SGLang would refuse to start."""
+    given = {server_key(k): v for k, v in args.items() if v is not False and v is not None}
+    problems = [
+        _problem(k, f"--{k} is not an SGLang flag spelling", f"use --{k.replace('_', '-')}", True)
+        for k in args
+        if "_" in k
+    ]
+    v = version_tuple(version)
+    if v is None:
+        problems.append(
+            _problem(
+                "sglang_version",
+                "the target SGLang version is unknown: version-specific checks skipped",
+                "set launch.sglang_version (or install sglang where regen runs)",
+                False,
+            )
+        )
+    else:
+        problems += _flag_names(given, v) + _mamba(given, env, v) + _speculative(given, env, v)
+    return problems + _expectations(given, expect or {}, v, concurrency)
+
+
+def _problem(key: str, problem: str, hint: str, fatal: bool) -> dict[str, Any]:
+    return {"key": key, "problem": problem, "hint": hint, "fatal": fatal}
+
+
+def _strategy(given: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(flag used, strategy) with `auto` when neither mamba flag is given."""
+    for key in MAMBA_KEYS:
+        if key in given:
+            return key, str(given[key])
+    return None, "auto"
+
+
+def _flag_names(given: Mapping[str, Any], v: tuple[int, int, int]) -> list[dict[str, Any]]:
+    shown = ".".join(map(str, v))
+    out = []
+    if MAMBA_OLD in given and v >= (0, 5, 23):
+        out.append(
+            _problem(
+                "mamba-scheduler-strategy",
+                f"SGLang {shown} rejects --mamba-scheduler-strategy (unrecognized argument)",
+                "use --mamba-radix-cache-strategy (same values)",
+                True,
+            )
+        )
+    elif MAMBA_OLD in given and v >= (0, 5, 14):
+        out.append(
+            _problem(
+                "mamba-scheduler-strategy",
+                f"--mamba-scheduler-strategy is a deprecated alias on {shown}",
+                "use --mamba-radix-cache-strategy; 0.5.23 rejects the old name",
+                False,
+            )
+        )
+    if MAMBA_NEW in given and v < (0, 5, 14):
+        out.append(
+            _problem(
+                "mamba-radix-cache-strategy",
+                f"SGLang {shown} has no --mamba-radix-cache-strategy",
+                "use --mamba-scheduler-strategy (≤0.5.12)",
+                True,
+            )
+        )
+    strategy = _strategy(given)[1]
+    if strategy == "extra_buffer_lazy" and v < (0, 5, 14):
+        out.append(
+            _problem(
+                "mamba-scheduler-strategy", f"extra_buffer_lazy does not exist on {shown}", "use extra_buffer", True
+            )
+        )
+    return out
+
+
+def _mamba(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, int]) -> list[dict[str, Any]]:
+    flag, strategy = _strategy(given)
+    model = str(given.get("model_path") or "")
+    if model and not looks_hybrid(model):
+        return []
+    name = "--" + (flag or (MAMBA_OLD if v < (0, 5, 14) else MAMBA_NEW)).replace("_", "-")
+    spec = bool(given.get("speculative_algorithm"))
+    radix_off = bool(given.get("disable_radix_cache"))
+    out = []
+    if strategy == "extra_buffer" and model and not _supports_extra_buffer(model):
+        out.append(_problem(name, f"{model} does not support extra_buffer", "use no_buffer", True))
+    if v < (0, 5, 14):
+        out += _mamba_old(given, env, v, name, strategy, spec, radix_off)
+    elif strategy == "no_buffer" and not radix_off and not given.get("disable_overlap_schedule"):
+        out.append(
+            _problem(
+                name,
+                "an explicit no_buffer needs --disable-overlap-schedule on SGLang ≥0.5.14 (AssertionError at start)",
+                "add disable-overlap-schedule = true, or use auto / extra_buffer",
+                True,
+            )
+        )
+    elif strategy == "extra_buffer" and radix_off:
+        out.append(
+            _problem(
+                name,
+                "extra_buffer is inert with --disable-radix-cache on ≥0.5.14",
+                "drop disable-radix-cache to use the extra buffer",
+                False,
+            )
+        )
+    return out
+
+
+def _mamba_old(
+    given: Mapping[str, Any],
+    env: Mapping[str, str],
+    v: tuple[int, int, int],
+    name: str,
+    strategy: str,
+    spec: bool,
+    radix_off: bool,
+) -> list[dict[str, Any]]:
+    out = []
+    if strategy == "auto":
+        out.append(
+            _problem(
+                name,
+                "auto resolves to no_buffer on SGLang ≤0.5.12 (overlap schedule off)",
+                f"pass {name} extra_buffer explicitly",
+                False,
+            )
+        )
+    if strategy == "extra_buffer" and radix_off and v >= (0, 5, 10):
+        out.append(
+            _problem(
+                name,
+                "extra_buffer with --disable-radix-cache is refused on 0.5.10-0.5.12 (ValueError)",
+                "use no_buffer with disable-radix-cache, or drop disable-radix-cache",
+                True,
+            )
+        )
+    if strategy in ("auto", "no_buffer") and spec and not radix_off:
+        if v >= (0, 5, 10):
+            out.append(
+                _problem(
+                    name,
+                    "no_buffer (auto) with speculative decoding and the radix cache is refused on 0.5.10-0.5.12 "
+                    "(ValueError at start)",
+                    f"pass {name} extra_buffer"
+                    + (f" and {SPEC_V2_ENV}=1" if v < (0, 5, 12) else "")
+                    + ", or disable-radix-cache = true",
+                    True,
+                )
+            )
+        else:
+            out.append(
+                _problem(
+                    name,
+                    "SGLang 0.5.9 silently disables the radix cache for no_buffer + speculative decoding",
+                    f"pass {name} extra_buffer",
+                    False,
+                )
+            )
+    if strategy == "extra_buffer" and spec and v < (0, 5, 12) and not spec_v2_enabled(env, v):
+        out.append(
+            _problem(
+                SPEC_V2_ENV,
+                f"on {'.'.join(map(str, v))} extra_buffer with speculative decoding needs {SPEC_V2_ENV}=1 "
+                "(without it SGLang runs spec v1 with the overlap schedule off)",
+                f'add {SPEC_V2_ENV} = "1" to [launch].env',
+                False,
+            )
+        )
+    return out
+
+
+def _speculative(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, int]) -> list[dict[str, Any]]:
+    out = []
+    if SPEC_V2_ENV in env and v >= (0, 5, 14):
+        out.append(
+            _problem(
+                SPEC_V2_ENV,
+                f"{SPEC_V2_ENV} has no effect on SGLang ≥0.5.14 (spec v2 always)",
+                "remove it; use --disable-overlap-schedule for the synchronous path",
+                False,
+            )
+        )
+    if not given.get("speculative_algorithm"):
+        return out
+    topk, steps, draft = (
+        given.get(k) for k in ("speculative_eagle_topk", "speculative_num_steps", "speculative_num_draft_tokens")
+    )
+    if topk == 1 and steps is not None and draft is not None and draft != steps + 1:
+        out.append(
+            _problem(
+                "speculative-num-draft-tokens",
+                f"SGLang changes it to {steps + 1} at topk 1",
+                f"set speculative-num-draft-tokens = {steps + 1}",
+                False,
+            )
+        )
+    if isinstance(topk, int) and topk > 1 and v < (0, 5, 12) and v >= (0, 5, 10) and spec_v2_enabled(env, v):
+        out.append(
+            _problem(
+                "speculative-eagle-topk",
+                "spec v2 supports only topk 1 on 0.5.10 (ValueError at start)",
+                "set speculative-eagle-topk = 1",
+                True,
+            )
+        )
+    if str(given["speculative_algorithm"]).upper() == "NEXTN":
+        out.append(
+            _problem(
+                "speculative-algorithm",
+                "SGLang runs NEXTN as EAGLE and reports EAGLE",
+                'write "EAGLE" in [expect]',
+                False,
+            )
+        )
+    return out
+
+
+def _expectations(
+    given: Mapping[str, Any], expect: Mapping[str, Any], v: tuple[int, int, int] | None, concurrency: int | None
+) -> list[dict[str, Any]]:
+    out = []
+    spec = given.get("speculative_algorithm")
+    for name, wanted in expect.items():
+        key = server_key(name)
+        launched = given.get(key)
+        if key in MAMBA_KEYS:
+            launched = _strategy(given)[1]
+            if launched == "auto" and wanted == "extra_buffer" and v is not None and v < (0, 5, 14):
+                out.append(
+                    _problem(
+                        key,
+                        "[expect] wants extra_buffer but auto resolves to no_buffer on ≤0.5.12",
+                        "pass the strategy flag with extra_buffer",
+                        False,
+                    )
+                )
+                continue
+        if launched is not None and launched != "auto" and not same_value(key, wanted, launched):
+            out.append(
+                _problem(
+                    key,
+                    f"[expect] says {name}={wanted!r} but [launch].args passes {launched!r}",
+                    "make [expect] and [launch].args agree",
+                    False,
+                )
+            )
+    if spec and "max_running_requests" not in given and concurrency and concurrency > 48:
+        out.append(
+            _problem(
+                "max-running-requests",
+                f"with speculative decoding SGLang runs at most 48 requests, "
+                f"the endpoint is configured for {concurrency}",
+                f"set max-running-requests = {concurrency}, or lower endpoints.concurrency",
+                False,
+            )
+        )
+    return out
