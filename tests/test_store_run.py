@@ -257,3 +257,21 @@ def test_async_sync_runs_off_the_event_loop(tmp_path):
     _assert_exactly_once(run, {f"p{i}" for i in range(35)})
     assert len(list((run / "shards").glob("*.parquet"))) == 4
     assert os.listdir(run / "journal") == []
+
+
+def test_crash_after_a_retried_id_is_journaled_keeps_the_new_completion(tmp_path):
+    run = tmp_path / "run"
+    store = _store(run)
+    store.open()
+    store.add_rejected(syn.rejected("x"))
+    store.close()
+    retry = _store(run)
+    retry.open(retry_rejects=True)
+    retry.add_accepted(syn.accepted("x"))
+    retry.sync_blocking()
+    retry.abort()
+
+    state = _store(run).open()
+    assert state.recovered_rows == 1
+    assert _ids(run, "shards") == ["x"]
+    assert _ids(run, "rejects") == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .doneset import DoneSet
+from .doneset import DoneSet, sorted_unique
 from .partition import id_hashes
 from .shards import REJECTS, SHARDS, list_parts, read_ids
 
@@ -73,7 +73,7 @@ class CommittedIndex:
         if not arrays:
             return np.empty(0, dtype=np.uint64)
         everything = np.sort(np.concatenate(arrays))
-        return np.unique(everything[1:][everything[1:] == everything[:-1]])
+        return sorted_unique(everything[1:][everything[1:] == everything[:-1]])
 
     def files_with(self, hashes: np.ndarray, kind: str | None = None) -> list[Path]:
         return [
