@@ -77,8 +77,10 @@ class EndpointClient:
         client: ClientConfig,
         concurrency: int,
         api_key: str | None = None,
+        honor_overrides: bool = False,
     ):
         self.url = url.rstrip("/")
+        self.honor_overrides = honor_overrides
         self.gen = gen
         self.cfg = client
         self.concurrency = concurrency
@@ -108,11 +110,15 @@ class EndpointClient:
     def payload(self, prompt: Prompt, attempt: int, rid: str) -> dict[str, Any]:
         body = dict(self._base)
         body["messages"] = prompt.messages
-        body["seed"] = request_seed(self.gen.seed, prompt.id, attempt)
-        body["rid"] = rid
-        overrides = prompt.extra.get("_request_overrides")
+        seed_base = self.gen.seed
+        overrides = prompt.extra.get("_request_overrides") if self.honor_overrides else None
         if overrides:
-            body.update(overrides)
+            body.update({k: v for k, v in overrides.items() if k not in ("seed", "max_completion_tokens")})
+            if "max_completion_tokens" in overrides:
+                body["max_tokens"] = overrides["max_completion_tokens"]
+            seed_base = overrides.get("seed", seed_base)
+        body["seed"] = request_seed(seed_base, prompt.id, attempt)  # a retry gets a new seed, overridden or not
+        body["rid"] = rid
         if self.cfg.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

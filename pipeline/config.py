@@ -32,6 +32,7 @@ class InputConfig:
     system_prompt: str = ""
     keep_fields: tuple[str, ...] = ()
     dedupe: bool = False
+    request_overrides: bool = False  # openai-batch: let each request body's sampling fields override [generation]
     batch_rows: int = 1024
 
 
@@ -67,6 +68,9 @@ class ClientConfig:
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     drain_timeout_s: float = 30.0
+    health_interval_s: float = 10.0  # /health probe of every live endpoint (catches hung servers)
+    health_timeout_s: float = 20.0  # SGLang's /health runs a 1-token generation: give it time under load
+    health_failures: int = 3  # consecutive failed probes before an endpoint is declared down
     queue_size: int = 0  # prompts buffered between reader and workers; 0 = 2x total concurrency
 
 
@@ -182,7 +186,41 @@ def load_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -
 
 
 def config_from_dict(data: dict[str, Any], where: str = "<config>") -> Config:
-    return typing.cast(Config, _build(Config, data, path="", where=where))
+    cfg = typing.cast(Config, _build(Config, data, path="", where=where))
+    _check_values(cfg, where)
+    return cfg
+
+
+_RESERVED_COLUMNS = {
+    "id", "messages", "reasoning", "answer", "finish_reason", "prompt_tokens", "completion_tokens",
+    "reasoning_tokens", "model", "endpoint", "attempts", "latency_s", "seed", "created_at",
+    "spec_accept_length", "reason", "detail",
+}  # fmt: skip
+
+
+def _check_values(cfg: Config, where: str) -> None:
+    positive = {
+        "output.shard_rows": cfg.output.shard_rows,
+        "output.row_group_rows": cfg.output.row_group_rows,
+        "client.max_attempts": cfg.client.max_attempts,
+        "client.max_endpoint_failures": cfg.client.max_endpoint_failures,
+        "generation.max_tokens": cfg.generation.max_tokens,
+        "input.batch_rows": cfg.input.batch_rows,
+    }
+    for i, ep in enumerate(cfg.endpoints):
+        positive[f"endpoints[{i}].concurrency"] = ep.concurrency
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{where}: {key} must be at least 1, got {value}")
+    for key in ("output.sync_interval_s", "client.request_timeout_s", "client.connect_timeout_s"):
+        section, name = key.split(".")
+        if getattr(getattr(cfg, section), name) <= 0:
+            raise ConfigError(f"{where}: {key} must be positive")
+    clash = sorted(set(cfg.input.keep_fields) & _RESERVED_COLUMNS)
+    if clash:
+        raise ConfigError(f"{where}: input.keep_fields {clash[0]!r} is an output column name; rename it in the data")
+    if not cfg.endpoints and not cfg.endpoints_file:
+        raise ConfigError(f"{where}: no [[endpoints]] and no endpoints_file")
 
 
 def _apply_override(data: dict[str, Any], item: str) -> None:

@@ -46,6 +46,7 @@ class Dispatcher:
         self.sleep = sleep
         self._rids = itertools.count()
         self.inflight: set[asyncio.Task[None]] = set()
+        self.stopping = False  # set on SIGINT/SIGTERM: cancellations are the drain's, not the health monitor's
 
     async def feed(self, queue: asyncio.Queue[Prompt | None], tg: asyncio.TaskGroup) -> None:
         """Start one task per free endpoint slot until a None sentinel arrives.
@@ -74,8 +75,19 @@ class Dispatcher:
             if ep is None:
                 ep = await self.pool.acquire()
             self.metrics.requests += 1
+            task = asyncio.current_task()
+            kills = ep.kills
+            if task is not None:
+                ep.tasks.add(task)
             try:
-                completion = await ep.client.chat(prompt, attempts, rid)
+                try:
+                    completion = await ep.client.chat(prompt, attempts, rid)
+                finally:
+                    if task is not None:
+                        ep.tasks.discard(task)
+                    if ep.kills != kills and task is not None and task.cancelling() and not self.stopping:
+                        task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere
+                        raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
             except FatalEndpointError:
                 await self.pool.release(ep, unused=True)
                 raise

@@ -11,13 +11,14 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from asyncio_throttle import Throttler
 
 from .client import EndpointClient
 from .errors import EndpointError, RequestError
 
-HEALTHY, DEGRADED, DOWN, DRAINING = "healthy", "degraded", "down", "draining"
+HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED = "healthy", "degraded", "down", "draining", "retired"
 
 
 @dataclass
@@ -35,6 +36,8 @@ class EndpointState:
     latencies: list[float] = field(default_factory=list)
     last_error: str = ""
     throttler: Throttler | None = None
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)  # requests in flight here
+    kills: int = 0  # times the pool declared it dead with requests in flight
 
     def __post_init__(self) -> None:
         if self.rps > 0:
@@ -129,7 +132,7 @@ class Pool:
         await self.notify()
 
     def mark_down(self, ep: EndpointState, why: str) -> None:
-        if ep.state == DRAINING:
+        if ep.state in (DRAINING, RETIRED):
             return
         ep.state = DOWN
         ep.last_error = why
@@ -141,6 +144,7 @@ class Pool:
         if ep.state == DOWN:
             ep.state = DEGRADED
             ep.consecutive_failures = self.failure_threshold - 1
+            ep.down_until = 0.0
 
     async def notify(self) -> None:
         async with self._changed:
@@ -149,6 +153,20 @@ class Pool:
     def due_for_probe(self) -> list[EndpointState]:
         now = self.clock()
         return [ep for ep in self.endpoints if ep.state == DOWN and ep.down_until <= now]
+
+    def kill(self, ep: EndpointState, why: str) -> int:
+        """The endpoint is hung: mark it down and cancel its in-flight requests (they retry elsewhere)."""
+        self.mark_down(ep, why)
+        ep.kills += 1
+        tasks = list(ep.tasks)
+        for task in tasks:
+            task.cancel(msg="endpoint-down")
+        return len(tasks)
+
+    def retire(self, ep: EndpointState, why: str) -> None:
+        """Never use this endpoint again in this run (its configuration is not the one that was checked)."""
+        ep.state = RETIRED
+        ep.last_error = why
 
     def add(self, ep: EndpointState) -> None:
         self.endpoints.append(ep)

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from .client import EndpointClient
 from .config import Config, EndpointConfig, read_endpoints_file
 from .dispatcher import Dispatcher
 from .errors import ConfigError, Interrupted, RegenError
+from .health import HealthMonitor
 from .manifest import begin_run, read_manifest, write_manifest
 from .metrics import Metrics
 from .pool import DRAINING, EndpointState, Pool
@@ -124,13 +126,12 @@ class Runner:
 
     def _count(self, reader: PromptReader, done: DoneSet) -> tuple[int, int]:
         """Prompts this worker owns, and how many of them are not done yet (one cheap pass over the ids)."""
-        total = pending = 0
+        owned = []
         for ids in reader.scan_ids():
             hashes = id_hashes(ids)
-            mine = owns_many(hashes, self.opt.worker_index, self.opt.num_workers)
-            total += int(mine.sum())
-            pending += int((mine & ~done.contains_many(hashes)).sum())
-        return total, pending
+            owned.append(hashes[owns_many(hashes, self.opt.worker_index, self.opt.num_workers)])
+        mine = np.unique(np.concatenate(owned)) if owned else np.empty(0, dtype=np.uint64)  # input.dedupe repeats
+        return len(mine), int((~done.contains_many(mine)).sum())
 
     @asynccontextmanager
     async def _endpoints(self) -> AsyncIterator[list[EndpointState]]:
@@ -142,16 +143,21 @@ class Runner:
                 configured = read_endpoints_file(self.cfg.endpoints_file)
             for ep in configured:
                 url = await stack.enter_async_context(_endpoint_url(ep))
-                client = EndpointClient(
-                    url,
-                    gen=self.cfg.generation,
-                    client=self.cfg.client,
-                    concurrency=ep.concurrency,
-                    api_key=os.environ.get(ep.api_key_env) if ep.api_key_env else None,
-                )
-                await stack.enter_async_context(client)
-                states.append(EndpointState(client=client, capacity=ep.concurrency, rps=ep.requests_per_second))
+                states.append(await self._open_endpoint(url, ep))
             yield states
+
+    async def _open_endpoint(self, url: str, ep: EndpointConfig) -> EndpointState:
+        assert self._stack is not None
+        client = EndpointClient(
+            url,
+            gen=self.cfg.generation,
+            client=self.cfg.client,
+            concurrency=ep.concurrency,
+            api_key=os.environ.get(ep.api_key_env) if ep.api_key_env else None,
+            honor_overrides=self.cfg.input.request_overrides,
+        )
+        await self._stack.enter_async_context(client)
+        return EndpointState(client=client, capacity=ep.concurrency, rps=ep.requests_per_second)
 
     async def _engine(self, reader: PromptReader, done: DoneSet, store: RunStore) -> bool:
         assert self.pool is not None
@@ -164,7 +170,7 @@ class Runner:
                 background = [
                     tg.create_task(self._syncer(store)),
                     tg.create_task(self._ticker()),
-                    tg.create_task(self._prober()),
+                    tg.create_task(self._monitor().run()),
                     tg.create_task(self._watch_endpoints_file()),
                 ]
                 producer = tg.create_task(self._produce(reader, done, store, queue))
@@ -203,6 +209,7 @@ class Runner:
     async def _drain_on_stop(self, producer: asyncio.Task[None], feeder: asyncio.Task[None], d: Dispatcher) -> None:
         """On SIGINT/SIGTERM: take no new prompts, let in-flight ones finish for a grace period, then cancel."""
         await self.stop.wait()
+        d.stopping = True
         producer.cancel()
         feeder.cancel()  # prompts still queued stay pending for the next run
         try:
@@ -250,15 +257,7 @@ class Runner:
             if url in current:  # it came back: probe it, then use it again
                 self.pool.undrain(current[url])
                 continue
-            client = EndpointClient(
-                url,
-                gen=self.cfg.generation,
-                client=self.cfg.client,
-                concurrency=epcfg.concurrency,
-                api_key=os.environ.get(epcfg.api_key_env) if epcfg.api_key_env else None,
-            )
-            await self._stack.enter_async_context(client)
-            self.pool.add(EndpointState(client=client, capacity=epcfg.concurrency, rps=epcfg.requests_per_second))
+            self.pool.add(await self._open_endpoint(url, epcfg))
         await self.pool.notify()
 
     async def _syncer(self, store: RunStore) -> None:
@@ -281,19 +280,16 @@ class Runner:
                 last_write = time.monotonic()
                 await asyncio.to_thread(_append_line, path, orjson.dumps(snap))
 
-    async def _prober(self) -> None:
-        """Probe down endpoints' /health and half-open their circuit when it passes."""
+    def _monitor(self) -> HealthMonitor:
         assert self.pool is not None
-        while True:
-            await asyncio.sleep(0.5)
-            for ep in self.pool.due_for_probe():
-                try:
-                    await ep.client.get_json("/health", timeout_s=5.0)
-                except RegenError:
-                    self.pool.mark_down(ep, ep.last_error)
-                    continue
-                self.pool.mark_up(ep)
-                await self.pool.notify()
+        c = self.cfg.client
+        return HealthMonitor(
+            self.pool,
+            interval_s=c.health_interval_s,
+            timeout_s=c.health_timeout_s,
+            failures=c.health_failures,
+            on_event=self.metrics.record_error,
+        )
 
     def _snapshot(self) -> dict[str, Any]:
         snap = self.metrics.snapshot()

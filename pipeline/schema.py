@@ -70,6 +70,11 @@ def stringify(value: Any) -> str | None:
     return orjson.dumps(value, default=str).decode()
 
 
+def _kept(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """keep_fields values; keys starting with `_` are the reader's notes to the client, not data."""
+    return {k: v for k, v in extra.items() if not k.startswith("_")}
+
+
 def _now_us() -> int:
     return time.time_ns() // 1000
 
@@ -92,7 +97,7 @@ def accepted_row(prompt: Prompt, completion: Completion, attempts: int) -> dict[
         "seed": completion.seed,
         "created_at": _now_us(),
         "spec_accept_length": completion.spec_accept_length,
-        **prompt.extra,
+        **_kept(prompt.extra),
     }
 
 
@@ -103,7 +108,7 @@ def rejected_row(
     if completion is None:
         row: dict[str, Any] = {"id": prompt.id, "messages": list(prompt.messages), "attempts": attempts}
         row["created_at"] = _now_us()
-        row.update(prompt.extra)
+        row.update(_kept(prompt.extra))
     else:
         row = accepted_row(prompt, completion, attempts)
     row["reason"] = reason
@@ -118,7 +123,7 @@ def bad_input_row(bad: BadInput) -> dict[str, Any]:
         "created_at": _now_us(),
         "reason": "bad_input",
         "detail": f"{bad.source}: {bad.detail}",
-        **bad.extra,
+        **_kept(bad.extra),
     }
 
 

@@ -24,7 +24,10 @@ def test_shipped_configs_load() -> None:
     [
         ("[generation]\nmax_token = 5\n", "unknown key 'generation.max_token'; did you mean 'generation.max_tokens'?"),
         ("[genration]\nmodel = 'x'\n", "unknown key 'genration'; did you mean 'generation'?"),
-        ("[[endpoints]]\nurl = 'x'\nconcurrenc = 3\n", "'endpoints[0].concurrenc'; did you mean 'endpoints[0].concurrency'"),
+        (
+            "[[endpoints]]\nurl = 'x'\nconcurrenc = 3\n",
+            "'endpoints[0].concurrenc'; did you mean 'endpoints[0].concurrency'",
+        ),
         ("[generation]\nmax_tokens = 'lots'\n", "generation.max_tokens must be int, got str 'lots'"),
         ("[generation]\nthinking = 1\n", "generation.thinking must be bool, got int 1"),
         ("[client]\nmax_attempts = true\n", "client.max_attempts must be int, got bool"),
@@ -78,3 +81,35 @@ def test_to_dict_is_plain_and_has_no_secret_values() -> None:
     data = cfg.to_dict()
     assert data["endpoints"][0]["api_key_env"] == "SGLANG_API_KEY"
     assert isinstance(Config().to_dict()["input"]["keep_fields"], list)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("output.shard_rows=0", "output.shard_rows must be at least 1, got 0"),
+        ("client.max_attempts=0", "client.max_attempts must be at least 1"),
+        ("output.sync_interval_s=0", "output.sync_interval_s must be positive"),
+        ('input.keep_fields=["answer"]', "input.keep_fields 'answer' is an output column name"),
+    ],
+    ids=["shard-rows", "attempts", "sync", "keep-field-clash"],
+)
+def test_values_are_checked(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_endpoints_file_formats(tmp_path: Path) -> None:
+    from pipeline.config import read_endpoints_file
+
+    plain = tmp_path / "eps.txt"
+    plain.write_text("http://a:1 8  # node a\n\nhttp://b:2\n")
+    assert [(e.url, e.concurrency) for e in read_endpoints_file(plain)] == [("http://a:1", 8), ("http://b:2", 64)]
+    toml = tmp_path / "eps.toml"
+    toml.write_text('[[endpoints]]\nurl = "http://c"\nconcurrency = 3\n')
+    assert read_endpoints_file(toml)[0].concurrency == 3
+    toml.write_text('[[endpoints]]\nurl = "http://c"\nconcurency = 3\n')
+    with pytest.raises(ConfigError, match="did you mean 'endpoints\\[0\\].concurrency'"):
+        read_endpoints_file(toml)
+    plain.write_text("http://a:1 lots\n")
+    with pytest.raises(ConfigError, match="eps.txt:1: expected 'URL \\[concurrency\\]'"):
+        read_endpoints_file(plain)
