@@ -129,12 +129,17 @@ def _merge_folder(run_dir: Path, folder: Path, target_rows: int, row_group_rows:
     plan = {
         "dir": folder.name,
         "inputs": [p.name for g in groups for p in g["inputs"]],
+        "input_rows": [n for g in groups for n in g["input_rows"]],
         "outputs": [{"name": n, "rows": r} for g in groups for n, r in g["outputs"]],
     }
     _write_plan(run_dir, plan)
-    for group in groups:
-        _write_outputs(folder, group, row_group_rows)
-    _fsync_dir(folder)
+    try:
+        for group in groups:
+            _write_outputs(folder, group, row_group_rows)
+        _fsync_dir(folder)
+    except BaseException:
+        _roll_back(run_dir, plan)  # undo now rather than leave duplicates for the next open
+        raise
     _roll_forward(run_dir, plan)
     return len(plan["inputs"]), len(plan["outputs"])
 
@@ -150,9 +155,10 @@ def _plan_groups(folder: Path, target_rows: int) -> list[dict[str, Any]]:
         schema = meta.schema_arrow
         group = next((g for g in groups if g["schema"].equals(schema, check_metadata=False)), None)
         if group is None:
-            group = {"schema": schema, "inputs": [], "rows": 0}
+            group = {"schema": schema, "inputs": [], "input_rows": [], "rows": 0}
             groups.append(group)
         group["inputs"].append(path)
+        group["input_rows"].append(meta.metadata.num_rows)
         group["rows"] += meta.metadata.num_rows
     kept: list[dict[str, Any]] = []
     token = uuid.uuid4().hex[:12]
@@ -183,7 +189,7 @@ def _write_outputs(folder: Path, group: dict[str, Any], row_group_rows: int) -> 
             os.rename(tmp, folder / name)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise OutputError(f"cannot write the merged part {folder / name}: {exc.strerror or exc}") from exc
+            raise OutputError(f"cannot merge into {folder / name}: {exc.strerror or exc}") from exc
 
 
 class _RowSource:
@@ -230,16 +236,7 @@ def finish_interrupted_merge(run_dir: Path) -> dict[str, Any] | None:
         _roll_forward(run_dir, plan)
         action = "completed"
     else:
-        missing = [name for name in plan["inputs"] if not (folder / name).exists()]
-        if missing:
-            raise OutputError(
-                f"{run_dir / PLAN}: merge outputs and inputs are both incomplete ({missing[0]} is gone); "
-                "refusing to touch files. Check the run with `regen validate`"
-            )
-        for path in outputs:
-            path.unlink(missing_ok=True)
-        _fsync_dir(folder)
-        _remove_plan(run_dir)
+        _roll_back(run_dir, plan)
         action = "rolled_back"
     return {"action": action, "dir": plan["dir"], "inputs": len(plan["inputs"]), "outputs": len(outputs)}
 
@@ -257,6 +254,26 @@ def _roll_forward(run_dir: Path, plan: dict[str, Any]) -> None:
         _fsync_dir(folder)
     except OSError as exc:
         raise OutputError(f"cannot delete merged inputs in {folder}: {exc.strerror or exc}; merge again") from exc
+    _remove_plan(run_dir)
+
+
+def _roll_back(run_dir: Path, plan: dict[str, Any]) -> None:
+    """Some output is missing: the inputs must be intact (checked against the plan); delete the outputs."""
+    folder = run_dir / plan["dir"]
+    planned = plan.get("input_rows") or [None] * len(plan["inputs"])
+    for name, rows in zip(plan["inputs"], planned, strict=True):
+        path = folder / name
+        if not path.exists() or (rows is not None and pq.ParquetFile(path).metadata.num_rows != rows):
+            raise OutputError(
+                f"{run_dir / PLAN}: merge outputs and inputs are both incomplete ({name} is gone or changed); "
+                "refusing to touch files. Check the run with `regen validate`"
+            )
+    try:
+        for out in plan["outputs"]:
+            (folder / out["name"]).unlink(missing_ok=True)
+        _fsync_dir(folder)
+    except OSError as exc:
+        raise OutputError(f"cannot remove partial merge outputs in {folder}: {exc.strerror or exc}") from exc
     _remove_plan(run_dir)
 
 

@@ -142,6 +142,34 @@ sys.stdin.read()
 """
 
 
+def test_rollback_refuses_when_an_input_lost_rows(tmp_path: Path) -> None:
+    _, inputs = _interrupt(tmp_path, outputs_done=1)
+    plan = orjson.loads((tmp_path / PLAN).read_bytes())
+    plan["input_rows"] = [40] * len(inputs)
+    (tmp_path / PLAN).write_bytes(orjson.dumps(plan))
+    path = tmp_path / "shards" / inputs[2]
+    pq.write_table(pq.read_table(path).slice(0, 10), path)  # e.g. a dedupe rewrote it meanwhile
+    with pytest.raises(OutputError, match="gone or changed"):
+        finish_interrupted_merge(tmp_path)
+
+
+def test_a_failing_merge_rolls_back_at_once(tmp_path: Path) -> None:
+    make_run(tmp_path, [30] * 4)
+    ids = _ids(tmp_path / "shards")
+    last = committed_parts(tmp_path / "shards")[-1]
+    blob = bytearray(last.read_bytes())
+    blob[4:200] = b"\xff" * 196  # data pages unreadable, footer intact: fails while the outputs are written
+    last.write_bytes(bytes(blob))
+    with pytest.raises(OutputError, match="cannot merge into"):
+        merge_run(tmp_path, target_rows=1000)
+    assert not (tmp_path / PLAN).exists()
+    assert len(committed_parts(tmp_path / "shards")) == 4
+    assert not any(p.name.startswith((".", "merged-")) for p in (tmp_path / "shards").iterdir())
+    assert [
+        i for p in committed_parts(tmp_path / "shards")[:3] for i in pq.read_table(p).column("id").to_pylist()
+    ] == ids[:90]
+
+
 @pytest.mark.parametrize("lock", ["worker-0.lock", "worker-7.lock", "rewrite.lock"])
 def test_merge_refuses_while_a_lock_is_held(tmp_path: Path, lock: str) -> None:
     ids = make_run(tmp_path, [10, 10, 10])
