@@ -275,3 +275,23 @@ def test_crash_after_a_retried_id_is_journaled_keeps_the_new_completion(tmp_path
     assert state.recovered_rows == 1
     assert _ids(run, "shards") == ["x"]
     assert _ids(run, "rejects") == []
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["live", "recovered"])
+def test_a_row_the_schema_cannot_hold_lands_in_rejects_instead_of_poisoning_the_journal(tmp_path, crash):
+    run = tmp_path / "run"
+    store = _store(run, row_group_rows=2)
+    store.open()
+    bad = syn.accepted("bad")
+    bad["attempts"] = 100_000  # does not fit int16
+    _fill(store, ["a", "b"])
+    store.add_accepted(bad)
+    store.sync_blocking()
+    store.abort() if crash else store.close()
+
+    _store(run).open()
+    _assert_exactly_once(run, {"a", "b", "bad"})
+    rejects = pq.read_table(run / "rejects")
+    assert rejects.column("id").to_pylist() == ["bad"]
+    assert rejects.column("reason").to_pylist() == ["unstorable_row"]
+    assert "column 'attempts'" in rejects.column("detail")[0].as_py()

@@ -26,7 +26,15 @@ from .index import CommittedIndex
 from .journal import ACCEPTED, JournalFile, read_journal
 from .locks import FileLock, rewrite_lock_path
 from .partition import id_hash, id_hashes
-from .shards import REJECTS, SHARDS, PartWriter, drop_hashes, remove_rewrite_tmp_files, rewrite_without
+from .shards import (
+    REJECTS,
+    SHARDS,
+    PartWriter,
+    drop_hashes,
+    remove_rewrite_tmp_files,
+    rewrite_without,
+    unstorable_reject,
+)
 
 
 def recover_journal(
@@ -42,10 +50,16 @@ def recover_journal(
     """
     in_shards = index.done(SHARDS)
     in_rejects = index.done(REJECTS)
-    writers = {
-        kind: PartWriter(run_dir / kind, schemas[kind], journal.worker, journal.seq, row_group_rows)
-        for kind in (SHARDS, REJECTS)
-    }
+    rejects = PartWriter(run_dir / REJECTS, schemas[REJECTS], journal.worker, journal.seq, row_group_rows)
+    shards = PartWriter(
+        run_dir / SHARDS,
+        schemas[SHARDS],
+        journal.worker,
+        journal.seq,
+        row_group_rows,
+        on_unstorable=lambda row, error: rejects.add(unstorable_reject(row, error)),
+    )
+    writers = {SHARDS: shards, REJECTS: rejects}
     seen: set[int] = set()
     for entry in read_journal(journal.path):
         h = id_hash(entry.row["id"])

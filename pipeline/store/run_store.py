@@ -32,7 +32,7 @@ from .journal import ACCEPTED, REJECTED, JournalWriter, encode, list_journals, r
 from .locks import FileLock, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hashes, owns_many
 from .recovery import recover_journal, remove_ids, settle
-from .shards import REJECTS, SHARDS, PartWriter, part_seqs, remove_tmp_files, tmp_workers
+from .shards import REJECTS, SHARDS, PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
 
 JOURNAL = "journal"
 LOCKS = "locks"
@@ -162,9 +162,19 @@ class RunStore:
         return max(seqs, default=-1) + 1
 
     def _new_parts(self, seq: int) -> None:
+        rejects = PartWriter(
+            self.run_dir / REJECTS, self._schemas[REJECTS], self.worker_index, seq, self.row_group_rows
+        )
         self._parts = {
-            kind: PartWriter(self.run_dir / kind, self._schemas[kind], self.worker_index, seq, self.row_group_rows)
-            for kind in (SHARDS, REJECTS)
+            SHARDS: PartWriter(
+                self.run_dir / SHARDS,
+                self._schemas[SHARDS],
+                self.worker_index,
+                seq,
+                self.row_group_rows,
+                on_unstorable=lambda row, error: rejects.add(unstorable_reject(row, error)),
+            ),
+            REJECTS: rejects,
         }
 
     # -- rows ----------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,6 +24,10 @@ import pyarrow.parquet as pq
 from ..schema import to_table
 from .durable import fsync_dir, fsync_file, output_errors, unlink_quiet
 from .partition import id_hashes
+
+UNSTORABLE = "unstorable_row"  # reason code of a row the schema cannot hold
+ARROW_VALUE_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError)
+Unstorable = Callable[[dict[str, Any], str], dict[str, Any] | None]
 
 SHARDS = "shards"
 REJECTS = "rejects"
@@ -88,8 +93,17 @@ def read_ids(path: Path) -> list[str]:
 class PartWriter:
     """One part being filled: rows are buffered up to `row_group_rows`, then written as one row group."""
 
-    def __init__(self, directory: Path, schema: pa.Schema, worker: int, seq: int, row_group_rows: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        schema: pa.Schema,
+        worker: int,
+        seq: int,
+        row_group_rows: int,
+        on_unstorable: Unstorable | None = None,
+    ) -> None:
         self.directory = directory
+        self.on_unstorable = on_unstorable or unstorable_reject
         self.schema = schema
         self.worker = worker
         self.seq = seq
@@ -143,11 +157,49 @@ class PartWriter:
         unlink_quiet(self.tmp_path)
 
     def _write_group(self, rows: list[dict[str, Any]]) -> None:
-        table = to_table(rows, self.schema)
+        try:
+            table = to_table(rows, self.schema)
+        except ARROW_VALUE_ERRORS:
+            table = self._salvage(rows)
         with output_errors(self.tmp_path, "write the part file"):
             if self._writer is None:
                 self._writer = pq.ParquetWriter(self.tmp_path, self.schema, compression=COMPRESSION)
             self._writer.write_table(table, row_group_size=len(rows))
+
+    def _salvage(self, rows: list[dict[str, Any]]) -> pa.Table:
+        """A row the schema cannot hold (a caller's bug) must not poison the journal for every later open():
+        it is handed to `on_unstorable`, which returns a replacement row for this part or None."""
+        good = []
+        for row in rows:
+            try:
+                to_table([row], self.schema)
+                good.append(row)
+            except ARROW_VALUE_ERRORS as exc:
+                replacement = self.on_unstorable(row, f"{_bad_column(row, self.schema)}: {exc}")
+                if replacement is not None:
+                    good.append(replacement)
+        return to_table(good, self.schema)
+
+
+def _bad_column(row: dict[str, Any], schema: pa.Schema) -> str:
+    for field in schema:
+        try:
+            pa.array([row.get(field.name)], type=field.type)
+        except ARROW_VALUE_ERRORS:
+            return f"column {field.name!r}"
+    return "row"
+
+
+def unstorable_reject(row: dict[str, Any], error: str) -> dict[str, Any]:
+    """The reject row that stands for a row the schema cannot hold: id, reason, and the error."""
+    created = row.get("created_at")
+    return {
+        "id": str(row["id"]),
+        "created_at": created if isinstance(created, int) else time.time_ns() // 1000,
+        "attempts": 0,
+        "reason": UNSTORABLE,
+        "detail": f"the store could not write this row: {error}"[:2000],
+    }
 
 
 @dataclass(frozen=True, slots=True)
