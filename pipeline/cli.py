@@ -59,6 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quarantine", action="store_true", help="move failing rows into rejects")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("export", help="training-ready export (chat, sharegpt, OpenAI batch output) + dataset card")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--format", required=True, choices=["chat", "sharegpt", "openai-batch-output"])
+    p.add_argument("--out", required=True, type=Path, metavar="DIR")
+    p.add_argument("--file-format", choices=["parquet", "jsonl"], default="parquet")
+    p.add_argument("--rows-per-file", type=int, default=100_000)
+    p.add_argument("--think-open", default="<think>", help="tag before the reasoning in chat exports")
+    p.add_argument("--think-close", default="</think>", help="tag after the reasoning in chat exports")
+    p.add_argument("--include-rejects", action="store_true", help="also export rejected rows (separately)")
+
+    p = sub.add_parser("merge", help="combine small shards into shards of a target size")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--target-rows", type=int, default=10_000, metavar="N")
+    p.add_argument("--rejects", action="store_true", help="merge rejects/ too")
+
     p = sub.add_parser("sim", help="run the SGLang simulator", add_help=True)
     from .sim import add_arguments
 
@@ -151,6 +166,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if result.get("failed") and not args.quarantine else 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run
+
+    result = export_run(
+        args.run_dir,
+        format=args.format,
+        out=args.out,
+        file_format=args.file_format,
+        rows_per_file=args.rows_per_file,
+        think_open=args.think_open,
+        think_close=args.think_close,
+        include_rejects=args.include_rejects,
+    )
+    print(f"exported {result['rows']} rows ({args.format}) to {args.out} in {len(result['files'])} files")
+    print(f"dataset card: {result['card']}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .merge import merge_run
+
+    result = merge_run(args.run_dir, target_rows=args.target_rows, rejects=args.rejects)
+    print(f"merged {result['rows']} rows: {result['before_files']} files -> {result['after_files']} files")
+    return 0
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from .sim import config_from_args, run_forever
 
@@ -163,5 +204,7 @@ COMMANDS = {
     "status": cmd_status,
     "inspect": cmd_inspect,
     "validate": cmd_validate,
+    "export": cmd_export,
+    "merge": cmd_merge,
     "sim": cmd_sim,
 }

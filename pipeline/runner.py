@@ -90,14 +90,18 @@ class Runner:
     async def main(self) -> RunSummary:
         reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
         files = [str(p) for p in reader.files()]
-        await asyncio.to_thread(reader.check_duplicates)
+        input_rows = await asyncio.to_thread(reader.check_duplicates)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         begin_run(
             self.run_dir,
             self.cfg,
             input_files=files,
             allow_config_change=self.opt.allow_config_change,
-            extra={"worker_index": self.opt.worker_index, "num_workers": self.opt.num_workers},
+            extra={
+                "worker_index": self.opt.worker_index,
+                "num_workers": self.opt.num_workers,
+                "input": {"total": input_rows},
+            },
         )
         store = RunStore(
             self.run_dir,
@@ -298,6 +302,8 @@ class Runner:
 
     def _summary(self, store: RunStore, *, interrupted: bool) -> RunSummary:
         snap = self._snapshot()
+        (self.run_dir / "metrics").mkdir(exist_ok=True)
+        _append_line(self.run_dir / "metrics" / f"worker-{self.opt.worker_index}.jsonl", orjson.dumps(snap))
         manifest = read_manifest(self.run_dir) or {}
         manifest.setdefault("counts", {})[f"worker-{self.opt.worker_index}"] = {
             k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
