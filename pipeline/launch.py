@@ -217,9 +217,11 @@ async def wait_ready(
         while True:
             code = exit_status(pid)
             if code is not None:
+                tail = log_tail(log_path)
+                last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
                 raise EndpointError(
-                    f"the server exited ({_describe_exit(code)}) before it was ready; last lines of {log_path}:\n"
-                    f"{log_tail(log_path)}"
+                    f"the server exited ({_describe_exit(code)}) before it was ready: {last.strip()}\n"
+                    f"last lines of {log_path}:\n{tail}"
                 )
             try:
                 resp = await http.get(f"{url}/health")

@@ -504,6 +504,7 @@ def _info(got: _Facts) -> dict[str, Any]:
         "server_info_path": got.info_path if got.info is not None else None,
         "probe_rid": (got.probe or {}).get("rid"),
         "probe_finish_reason": (got.probe or {}).get("finish_reason"),
+        "probe_attempts": (got.probe or {}).get("attempts"),
         "router_workers": got.router_workers,
     }
 

@@ -215,7 +215,7 @@ def known_bad(
 
 
 def _problem(key: str, problem: str, hint: str, fatal: bool) -> dict[str, Any]:
-    return {"key": key, "problem": problem, "hint": hint, "fatal": fatal}
+    return {"key": key.lstrip("-"), "problem": problem, "hint": hint, "fatal": fatal}
 
 
 def _strategy(given: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -416,13 +416,14 @@ def _expectations(
     spec = given.get("speculative_algorithm")
     for name, wanted in expect.items():
         key = server_key(name)
+        flag = key.replace("_", "-")
         launched = given.get(key)
         if key in MAMBA_KEYS:
             launched = _strategy(given)[1]
             if launched == "auto" and wanted == "extra_buffer" and v is not None and v < (0, 5, 14):
                 out.append(
                     _problem(
-                        key,
+                        flag,
                         "[expect] wants extra_buffer but auto resolves to no_buffer on ≤0.5.12",
                         "pass the strategy flag with extra_buffer",
                         False,
@@ -432,7 +433,7 @@ def _expectations(
         if launched is not None and launched != "auto" and not same_value(key, wanted, launched):
             out.append(
                 _problem(
-                    key,
+                    flag,
                     f"[expect] says {name}={wanted!r} but [launch].args passes {launched!r}",
                     "make [expect] and [launch].args agree",
                     False,

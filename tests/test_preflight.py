@@ -1,0 +1,230 @@
+"""preflight.py against the in-process simulator over real HTTP, and the version-aware facts it relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from pipeline import sglang_facts as facts
+from pipeline.config import config_from_dict
+from pipeline.preflight import (
+    PROBE_PROMPT,
+    PROBE_RID_PREFIX,
+    fingerprint_changes,
+    format_preflight,
+    preflight,
+    preflight_endpoint,
+    server_fingerprint,
+)
+from pipeline.sim import SimConfig, prompt_key, serve
+from pipeline.sim.faults import FaultPlan
+
+MODEL = "Qwen3.6-27B"
+GOOD = ["--served-model-name", MODEL, "--reasoning-parser", "qwen3", "--speculative-algorithm", "EAGLE",
+        "--mamba-radix-cache-strategy", "extra_buffer"]  # fmt: skip
+SEED_EXPECT = {
+    "speculative_algorithm": "EAGLE",
+    "mamba_scheduler_strategy": "extra_buffer",
+    "reasoning_parser": "qwen3",
+}
+
+
+def _cfg(expect: dict[str, Any] | None = None, **extra: Any) -> Any:
+    return config_from_dict({"generation": {"model": MODEL}, "client": {"backoff_base_s": 0.01},
+                             "expect": SEED_EXPECT if expect is None else expect, **extra})  # fmt: skip
+
+
+def _with_sim(argv: list[str], body: Callable[[str], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with serve(SimConfig.from_argv(argv)) as url:
+            return await body(url)
+
+    return asyncio.run(main())
+
+
+def _by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def test_correct_configuration_passes() -> None:
+    report = _with_sim(GOOD, lambda url: preflight_endpoint(url, _cfg()))
+    assert report["ok"], format_preflight({"ok": False, "endpoints": [report]})
+    checks = _by_name(report)
+    # an expectation on the old name is checked against the key 0.5.23 reports, and says so
+    assert checks["mamba_scheduler_strategy"]["key"] == "mamba_radix_cache_strategy"
+    assert checks["mamba_scheduler_strategy"]["actual"] == "extra_buffer"
+    assert checks["thinking"]["ok"] and checks["thinking"]["expected"] == "separated"
+    assert report["info"]["speculative_decoding"] is True
+    assert report["info"]["spec_accept_length"] > 1
+    assert report["version"] == "0.5.23"
+
+
+def test_seed_story_auto_on_0512_is_caught() -> None:
+    argv = ["--sim-version", "0.5.12", "--served-model-name", MODEL, "--reasoning-parser", "qwen3",
+            "--mamba-scheduler-strategy", "auto"]  # fmt: skip
+    report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg({"mamba_scheduler_strategy": "extra_buffer"})))
+    assert not report["ok"]
+    check = _by_name(report)["mamba_scheduler_strategy"]
+    assert (check["key"], check["expected"], check["actual"], check["ok"]) == (
+        "mamba_scheduler_strategy", "extra_buffer", "no_buffer", False,
+    )  # fmt: skip
+    assert "resolves auto (the default) to no_buffer" in check["hint"]
+    assert "--mamba-scheduler-strategy extra_buffer" in check["hint"]
+    table = format_preflight({"ok": False, "endpoints": [report]})
+    assert "DRIFT" in table and "FAILED" in table
+
+
+def test_new_name_expectation_on_old_server_checks_old_key() -> None:
+    argv = ["--sim-version", "0.5.9", "--served-model-name", MODEL, "--mamba-scheduler-strategy", "extra_buffer"]
+    report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg({"mamba_radix_cache_strategy": "extra_buffer"})))
+    check = _by_name(report)["mamba_radix_cache_strategy"]
+    assert check["key"] == "mamba_scheduler_strategy" and check["ok"]
+
+
+def test_inert_extra_buffer_with_radix_cache_off_is_drift() -> None:
+    argv = ["--served-model-name", MODEL, "--mamba-radix-cache-strategy", "extra_buffer", "--disable-radix-cache"]
+    report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg({"mamba_radix_cache_strategy": "extra_buffer"})))
+    check = _by_name(report)["mamba_radix_cache_strategy"]
+    assert not check["ok"] and "inert" in check["actual"] and "inert" in check["hint"]
+
+
+def test_only_expectations_are_drift() -> None:
+    argv = ["--served-model-name", MODEL]  # no parser, no spec: information unless [expect] asks
+    report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg({})))
+    checks = _by_name(report)
+    assert report["ok"]
+    assert checks["thinking"]["level"] == "warning" and "reasoning" in checks["thinking"]["actual"]
+    assert checks["speculative"]["actual"] == "off"
+    strict = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg({"reasoning_parser": "qwen3"})))
+    assert not strict["ok"]
+    assert not _by_name(strict)["thinking"]["ok"]
+    assert "without --reasoning-parser" in _by_name(strict)["reasoning_parser"]["hint"]
+
+
+def test_derived_expectations_and_unknown_keys() -> None:
+    expect = {"speculative_decoding": True, "effective_max_running_requests": 64, "no_such_arg": 1}
+    report = _with_sim(GOOD, lambda url: preflight_endpoint(url, _cfg(expect)))
+    checks = _by_name(report)
+    assert checks["speculative_decoding"]["ok"]
+    assert not checks["effective_max_running_requests"]["ok"]  # 48 with spec < 64 asked
+    assert checks["effective_max_running_requests"]["actual"] == 48
+    assert not checks["no_such_arg"]["ok"] and "does not report" in checks["no_such_arg"]["hint"]
+
+
+def test_concurrency_beyond_the_server_cap_is_a_warning() -> None:
+    cfg = _cfg({}, endpoints=[{"url": "http://placeholder", "concurrency": 64}])
+    report = _with_sim(GOOD, lambda url: preflight_endpoint(url, cfg))
+    check = _by_name(report)["concurrency"]
+    assert check["ok"] and check["level"] == "warning" and check["actual"] == 48
+    assert "lower endpoints.concurrency to 48" in check["hint"]
+
+
+def test_probe_carries_a_regen_probe_rid() -> None:
+    async def body(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        report = await preflight_endpoint(url, _cfg())
+        async with httpx.AsyncClient(timeout=5) as http:
+            stats = (await http.get(f"{url}/_sim/stats")).json()
+        return report, stats
+
+    report, stats = _with_sim(GOOD, body)
+    assert report["info"]["probe_rid"].startswith(PROBE_RID_PREFIX)
+    assert stats["requests"] == stats["probes"]["requests"] == 1
+    assert stats["generations_total"] == 0
+
+
+def test_transient_probe_failures_are_retried() -> None:
+    key = prompt_key([{"role": "user", "content": PROBE_PROMPT}])
+    plan = [FaultPlan(seed, p_500=0.5) for seed in range(200)]
+    seed = next(i for i, f in enumerate(plan) if f.draw(key, 0) == "500" and f.draw(key, 1) is None)
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    argv = [*GOOD, "--fail-500", "0.5", "--seed", str(seed)]
+    report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg({}), sleep=sleep))
+    assert _by_name(report)["thinking"]["ok"]
+    assert report["info"]["probe_attempts"] == 2 and len(slept) == 1
+
+
+def test_port_closed_is_reported_as_still_loading() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    report = asyncio.run(preflight_endpoint(f"http://127.0.0.1:{port}", _cfg()))
+    assert not report["ok"] and not report["reachable"]
+    (check,) = report["checks"]
+    assert check["actual"] == "port closed" and "still loading" in check["hint"]
+
+
+def test_refused_auth_is_not_a_closed_port() -> None:
+    argv = [*GOOD, "--api-key", "sekret"]
+    report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg(), api_key="wrong"))
+    assert report["reachable"] and not report["ok"]
+    assert _by_name(report)["auth"]["actual"] == "refused (401)"
+    good = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg(), api_key="sekret"))
+    assert good["ok"]
+
+
+def test_model_name_mismatch() -> None:
+    cfg = config_from_dict({"generation": {"model": "qwen3:27b"}})
+    report = _with_sim(GOOD, lambda url: preflight_endpoint(url, cfg, probe=False))
+    check = _by_name(report)["model"]
+    assert not check["ok"] and check["actual"] == [MODEL] and "LoRA" in check["hint"]
+
+
+def test_preflight_starts_sim_endpoints() -> None:
+    cfg = _cfg(endpoints=[{"url": "sim", "sim_args": GOOD}])
+    result = asyncio.run(preflight(cfg))
+    assert result["ok"] and len(result["endpoints"]) == 1
+    assert set(result["endpoints"][0]) >= {"url", "ok", "checks"}
+    for check in result["endpoints"][0]["checks"]:
+        assert set(check) >= {"name", "key", "expected", "actual", "ok", "hint"}
+
+
+def test_fingerprint_changes_when_the_server_restarts_differently() -> None:
+    before = _with_sim(GOOD, server_fingerprint)
+    same = _with_sim(GOOD, server_fingerprint)
+    after = _with_sim([*GOOD, "--disable-radix-cache"], server_fingerprint)
+    assert fingerprint_changes(before, same) == []
+    assert "disable_radix_cache: False → True" in fingerprint_changes(before, after)
+    assert before["mamba_radix_cache_strategy"] == "extra_buffer"
+
+
+@pytest.mark.parametrize(
+    ("name", "info", "version", "key"),
+    [
+        ("mamba_scheduler_strategy", {"mamba_radix_cache_strategy": "x"}, "0.5.23", "mamba_radix_cache_strategy"),
+        ("mamba-scheduler-strategy", {"mamba_scheduler_strategy": "x"}, None, "mamba_scheduler_strategy"),
+        ("mamba_radix_cache_strategy", {"mamba_scheduler_strategy": "x"}, "0.5.12", "mamba_scheduler_strategy"),
+        ("mamba_radix_cache_strategy", {}, "0.5.9", "mamba_scheduler_strategy"),
+        ("tp", {}, None, "tp_size"),
+        ("model-path", {}, None, "model_path"),
+    ],
+    ids=["old-name-new-server", "dashes-unknown-version", "new-name-old-server", "absent", "tp-alias", "dashes"],
+)
+def test_resolve_key(name: str, info: dict[str, Any], version: str | None, key: str) -> None:
+    assert facts.resolve_key(name, info, version) == key
+
+
+@pytest.mark.parametrize(
+    ("key", "expected", "actual", "same"),
+    [
+        ("disable_radix_cache", False, False, True),
+        ("disable_radix_cache", "false", False, True),
+        ("disable_radix_cache", False, True, False),
+        ("mem_fraction_static", 1, 1.0, True),
+        ("speculative_algorithm", "NEXTN", "EAGLE", True),
+        ("speculative_algorithm", "EAGLE", None, False),
+        ("cuda_graph_bs", [1, 2], [1, 2], True),
+        ("effective_max_running_requests", 32, 48, True),
+        ("effective_max_running_requests", 64, 48, False),
+    ],
+)
+def test_same_value(key: str, expected: Any, actual: Any, same: bool) -> None:
+    assert facts.same_value(key, expected, actual) is same
