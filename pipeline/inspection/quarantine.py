@@ -7,6 +7,10 @@ A crash between 1 and 2 leaves the moved rows in both places. A later `validate 
 already in a `quarantine-*` rejects file are never written to rejects again, and are dropped from the shard,
 even if they would pass now (the reject copy wins; shards lose). A crash inside 1 or 2 leaves only a hidden tmp
 file, which readers ignore and the next quarantine deletes. Run it on a stopped run: it rewrites committed shards.
+
+The store settles ids found in both places the other way (a shard row beats a reject row, see store/recovery.py),
+so if a `regen run` resumes inside that window the quarantine of those rows is undone, never duplicated; the next
+`validate --quarantine` with the same thresholds moves them again. The quarantine holds the store's rewrite lock.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ import pyarrow.parquet as pq
 from ..config import ValidateConfig
 from ..records import Completion
 from ..schema import reject_schema
+from ..store.locks import FileLock, rewrite_lock_path
 from ..validator import validate
 from . import rundir
 from .rundir import DataFile
@@ -78,14 +84,23 @@ def validate_run(
         "thinking": thinking,
     }
     shards = rundir.shard_files(run_dir)
-    for f in shards:
-        failing, leftover = _check_shard(f, cfg, thinking, moved, result)
-        if quarantine and (failing or leftover.size):
-            result["quarantined"] += _move(run_dir, f, failing, leftover)
-            result["repaired"] += int(leftover.size)
+    with _rewrite_lock(run_dir, quarantine):
+        for f in shards:
+            failing, leftover = _check_shard(f, cfg, thinking, moved, result)
+            if quarantine and (failing or leftover.size):
+                result["quarantined"] += _move(run_dir, f, failing, leftover)
+                result["repaired"] += int(leftover.size)
     result["files"] = len(shards)
     result["failed_by_reason"] = dict(result["failed_by_reason"].most_common())
     return result
+
+
+def _rewrite_lock(run_dir: Path, take: bool) -> AbstractContextManager[object]:
+    """The store's rewrite lock, so a quarantine never interleaves with the store's own duplicate settling."""
+    if not take:
+        return nullcontext()
+    (run_dir / "locks").mkdir(exist_ok=True)
+    return FileLock(rewrite_lock_path(run_dir))
 
 
 def _quarantined_ids(run_dir: Path) -> pa.Array:

@@ -65,7 +65,7 @@ def _summary(r: dict[str, Any]) -> str:
         "<li>rejected by reason: " + _e(", ".join(f"{k} {v:,}" for k, v in r["rejected_by_reason"].items())),
         "<li>finish reasons: " + _e(", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items())) + "</li>",
         f"<li>empty answers: {r['empty_answers']['rows']:,}; short answers (&lt; "
-        f"{r['short_answers']['threshold_chars']} chars): {r['short_answers']['rows']:,}; looping: "
+        f"{r['short_answers']['threshold_bytes']} bytes): {r['short_answers']['rows']:,}; looping: "
         f"{r['repetition']['rows']:,}; answers shared by {r['duplicates_answers']['min_prompts']}+ prompts: "
         f"{r['duplicates_answers']['rows']:,}</li>",
     ]
@@ -145,7 +145,7 @@ def _png(fig: Figure) -> str:
 
 def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
     plots = []
-    colors = {"reasoning_tokens": "#4c72b0", "answer_tokens": "#dd8452", "answer_chars": "#dd8452"}
+    colors = {"reasoning_tokens": "#4c72b0", "answer_tokens": "#dd8452", "answer_bytes": "#dd8452"}
     for name, hist in r["histograms"].items():
         fig = Figure(figsize=(6.4, 3.6))
         ax = fig.add_subplot()

@@ -1,13 +1,18 @@
 """One streaming, column-selective pass over committed files into a compact per-row frame.
 
 Text is read batch by batch and reduced at once to a few numbers per row (lengths, an answer hash, a looping
-flag), so memory is ~60 bytes per row however long the completions are. Everything inspect reports is computed
-from the frame afterwards (stats.py); rows are located again by (file, row) when a sample needs their text.
+flag), so memory is ~60 bytes per row however long the completions are. Text is handled as UTF-8 bytes (lengths
+come from Arrow offsets, tails are byte slices), so lengths are bytes: characters for ASCII, more for others.
+Everything inspect reports is computed from the frame afterwards (stats.py); rows are located again by
+(file, row) when a sample needs their text. Files are scanned by a few threads (Arrow decoding releases the GIL).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,9 +24,11 @@ from .rundir import DataFile
 from .where import Where
 
 BATCH_ROWS = 8192
+SCAN_THREADS = min(4, os.cpu_count() or 1)
 TAIL_CHARS = 2000  # how much of a text's end the looping check looks at
 PROBE_CHARS = 40  # the closing phrase that must recur to call a text a loop
 LOOP_REPEATS = 4  # ... this many times within the tail
+SHARED_MIN_BYTES = 20  # answers shorter than this ("4", "Yes") are legitimately shared; not hashed
 
 _NUMERIC = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
 _SCAN_COLUMNS = ["answer", "reasoning", "finish_reason", "endpoint", "created_at", *_NUMERIC]
@@ -46,8 +53,8 @@ class Frame:
     endpoint: np.ndarray
     finish: np.ndarray
     created_at: np.ndarray
-    answer_chars: np.ndarray
-    reasoning_chars: np.ndarray
+    answer_bytes: np.ndarray
+    reasoning_bytes: np.ndarray
     answer_hash: np.ndarray
     looping: np.ndarray
     tokens: dict[str, np.ndarray]
@@ -60,14 +67,18 @@ class Frame:
 
 
 class _Codes:
+    """Category strings to small ints, shared by the scanning threads."""
+
     def __init__(self) -> None:
         self.values: list[str] = []
         self.index: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def encode(self, arr: pa.Array, null: str) -> np.ndarray:
         out = np.empty(len(arr), dtype=np.int16)
         dict_arr = pc.dictionary_encode(arr.fill_null(null))
-        local = [self._code(v) for v in dict_arr.dictionary.to_pylist()]
+        with self._lock:
+            local = [self._code(v) for v in dict_arr.dictionary.to_pylist()]
         out[:] = np.asarray(local, dtype=np.int16)[dict_arr.indices.to_numpy(zero_copy_only=False)]
         return out
 
@@ -78,16 +89,15 @@ class _Codes:
         return self.index[value]
 
 
-def scan(files: Sequence[DataFile], filters: Filters) -> Frame:
+def scan(files: Sequence[DataFile], filters: Filters, threads: int = SCAN_THREADS) -> Frame:
     parts: dict[str, list[np.ndarray]] = {}
     codes = {"reason": _Codes(), "endpoint": _Codes(), "finish": _Codes()}
-    for fi, f in enumerate(files):
-        for batch, rows in _batches(f, filters):
-            facts = _facts(batch, f.rejects, codes)
-            facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
-            facts["row"] = rows
-            for key, value in facts.items():
-                parts.setdefault(key, []).append(value)
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        per_file = pool.map(lambda job: _scan_file(job[1], job[0], filters, codes), enumerate(files))
+        for facts_list in per_file:  # in file order, whatever order the threads finish in
+            for facts in facts_list:
+                for key, value in facts.items():
+                    parts.setdefault(key, []).append(value)
     cols = {key: np.concatenate(v) for key, v in parts.items()}
     if not cols:
         cols = _empty_columns()
@@ -100,8 +110,8 @@ def scan(files: Sequence[DataFile], filters: Filters) -> Frame:
         endpoint=cols.pop("endpoint"),
         finish=cols.pop("finish"),
         created_at=cols.pop("created_at"),
-        answer_chars=cols.pop("answer_chars"),
-        reasoning_chars=cols.pop("reasoning_chars"),
+        answer_bytes=cols.pop("answer_bytes"),
+        reasoning_bytes=cols.pop("reasoning_bytes"),
         answer_hash=cols.pop("answer_hash"),
         looping=cols.pop("looping"),
         tokens={name: cols.pop(name) for name in _NUMERIC},
@@ -111,8 +121,18 @@ def scan(files: Sequence[DataFile], filters: Filters) -> Frame:
     )
 
 
+def _scan_file(f: DataFile, fi: int, filters: Filters, codes: dict[str, _Codes]) -> list[dict[str, np.ndarray]]:
+    out = []
+    for batch, rows in _batches(f, filters):
+        facts = _facts(batch, f.rejects, codes)
+        facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
+        facts["row"] = rows
+        out.append(facts)
+    return out
+
+
 def _empty_columns() -> dict[str, np.ndarray]:
-    ints = ("file_idx", "row", "reason", "endpoint", "finish", "answer_chars", "reasoning_chars", "answer_hash")
+    ints = ("file_idx", "row", "reason", "endpoint", "finish", "answer_bytes", "reasoning_bytes", "answer_hash")
     cols: dict[str, np.ndarray] = {name: np.empty(0, dtype=np.int64) for name in ints}
     cols.update({name: np.empty(0) for name in ("created_at", *_NUMERIC)})
     cols.update(rejected=np.empty(0, dtype=bool), looping=np.empty(0, dtype=bool))
@@ -166,23 +186,44 @@ def _mask(batch: pa.RecordBatch, filters: Filters) -> pa.Array | None:
 
 def _facts(batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes]) -> dict[str, np.ndarray]:
     n = batch.num_rows
-    answer = pc.utf8_trim_whitespace(_text(batch, "answer"))
-    reasoning = _text(batch, "reasoning")
+    answer = _text(batch, "answer").cast(pa.binary())  # bytes: lengths from offsets, no UTF-8 decoding
+    reasoning = _text(batch, "reasoning").cast(pa.binary())
+    answer_len = _stripped_lengths(answer)
     facts = {
         "rejected": np.full(n, rejects),
         "reason": codes["reason"].encode(batch.column("reason"), "unknown") if rejects else np.full(n, -1),
         "endpoint": codes["endpoint"].encode(_text(batch, "endpoint"), ""),
         "finish": codes["finish"].encode(_text(batch, "finish_reason"), "(none)"),
         "created_at": _seconds(batch),
-        "answer_chars": pc.utf8_length(answer).to_numpy(zero_copy_only=False).astype(np.int32),
-        "reasoning_chars": pc.utf8_length(reasoning).to_numpy(zero_copy_only=False).astype(np.int32),
-        "answer_hash": np.fromiter((hash(s) for s in answer.to_pylist()), dtype=np.int64, count=n),
+        "answer_bytes": answer_len,
+        "reasoning_bytes": pc.binary_length(reasoning).to_numpy(zero_copy_only=False).astype(np.int32),
+        "answer_hash": _hashes(answer, answer_len),
         "looping": _looping(answer) | _looping(reasoning),
     }
     for name in _NUMERIC:
         col = batch.column(name) if name in batch.schema.names else pa.nulls(n, pa.int32())
         facts[name] = col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
     return facts
+
+
+def _stripped_lengths(answer: pa.Array) -> np.ndarray:
+    """Byte lengths, with surrounding whitespace not counted (checked only where it can matter: short texts)."""
+    lengths = pc.binary_length(answer).to_numpy(zero_copy_only=False).astype(np.int32)
+    small = np.flatnonzero(lengths < 256)
+    if small.size:
+        texts = answer.take(pa.array(small)).to_pylist()
+        lengths[small] = [len(t.strip()) for t in texts]
+    return lengths
+
+
+def _hashes(answer: pa.Array, lengths: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each answer long enough to count as a shared answer (0 for the others)."""
+    out = np.zeros(len(answer), dtype=np.int64)
+    rows = np.flatnonzero(lengths >= SHARED_MIN_BYTES)
+    if rows.size:
+        texts = answer.take(pa.array(rows)).to_pylist()
+        out[rows] = np.fromiter((hash(t.strip()) for t in texts), dtype=np.int64, count=rows.size)
+    return out
 
 
 def _text(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -202,17 +243,20 @@ def _looping(text: pa.Array) -> np.ndarray:
     """Degenerate repetition: the text's closing phrase recurs LOOP_REPEATS times in its last TAIL_CHARS.
 
     A model stuck in a loop repeats a phrase until it stops or runs out of tokens, so its end is periodic and
-    any 40-character piece of it recurs; in ordinary prose the closing 40 characters occur once.
+    any 40-character piece of it recurs; in ordinary prose the closing 40 characters occur once. Works on bytes
+    (`text` is binary): slicing the tail is O(1) per row and nothing is decoded.
     """
-    tails = pc.utf8_rtrim_whitespace(pc.utf8_slice_codeunits(text, -TAIL_CHARS - 64))
     out = np.zeros(len(text), dtype=bool)
-    for i, tail in enumerate(tails.to_pylist()):
-        if tail and len(tail) >= PROBE_CHARS * LOOP_REPEATS:
-            window = tail[-TAIL_CHARS:]
-            out[i] = window.count(window[-PROBE_CHARS:]) >= LOOP_REPEATS
+    rows = np.flatnonzero(pc.binary_length(text).to_numpy(zero_copy_only=False) >= PROBE_CHARS * LOOP_REPEATS)
+    if not rows.size:
+        return out
+    tails = pc.binary_slice(text.take(pa.array(rows)), -TAIL_CHARS - 64).to_pylist()
+    for i, tail in zip(rows.tolist(), tails, strict=True):
+        window = tail.rstrip()[-TAIL_CHARS:]
+        out[i] = len(window) >= PROBE_CHARS * LOOP_REPEATS and window.count(window[-PROBE_CHARS:]) >= LOOP_REPEATS
     return out
 
 
 def looping_text(text: str) -> bool:
     """The looping check on one string (the same rule as the scan)."""
-    return bool(_looping(pa.array([text], pa.string()))[0])
+    return bool(_looping(pa.array([text.encode()], pa.binary()))[0])

@@ -13,12 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .scan import Frame
+from .scan import SHARED_MIN_BYTES, Frame
 
 PERCENTILES = (1, 10, 50, 90, 99)
 SHARED_MIN_PROMPTS = 3  # an answer given to this many prompts is "shared"...
-SHARED_MIN_CHARS = 20  # ... unless it is short ("4", "Yes"), which many prompts legitimately share
-SHORT_MAX_CHARS = 32  # an answer is suspiciously short under min(this, SHORT_MEDIAN_SHARE x median)
+SHORT_MAX_BYTES = 32  # an answer is suspiciously short under min(this, SHORT_MEDIAN_SHARE x median)
 SHORT_MEDIAN_SHARE = 0.1
 FLAG_MIN_RATE = 0.05
 FLAG_MARGIN = 0.02
@@ -34,10 +33,10 @@ class Derived:
         self.frame = frame
         accepted = ~frame.rejected
         self.accepted = accepted
-        median = float(np.median(frame.answer_chars[accepted])) if accepted.any() else 0.0
-        self.short_threshold = max(1, int(min(SHORT_MAX_CHARS, SHORT_MEDIAN_SHARE * median)))
-        self.empty = frame.answer_chars == 0
-        self.short = (frame.answer_chars > 0) & (frame.answer_chars < self.short_threshold)
+        median = float(np.median(frame.answer_bytes[accepted])) if accepted.any() else 0.0
+        self.short_threshold = max(1, int(min(SHORT_MAX_BYTES, SHORT_MEDIAN_SHARE * median)))
+        self.empty = frame.answer_bytes == 0
+        self.short = (frame.answer_bytes > 0) & (frame.answer_bytes < self.short_threshold)
         self.shared, self.shared_top = _shared(frame, accepted)
         length = frame.finishes.index("length") if "length" in frame.finishes else -1
         self.truncated = frame.finish == length
@@ -45,7 +44,7 @@ class Derived:
 
 def _shared(frame: Frame, accepted: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Rows whose answer (long enough to be distinctive) is given to SHARED_MIN_PROMPTS or more accepted prompts."""
-    eligible = accepted & (frame.answer_chars >= SHARED_MIN_CHARS)
+    eligible = accepted & (frame.answer_bytes >= SHARED_MIN_BYTES)
     shared = np.zeros(len(frame), dtype=bool)
     if not eligible.any():
         return shared, []
@@ -76,15 +75,15 @@ def length_columns(frame: Frame) -> dict[str, np.ndarray]:
     answer_tokens = completion - reasoning
     with np.errstate(divide="ignore", invalid="ignore"):
         by_tokens = reasoning / np.where(answer_tokens > 0, answer_tokens, np.nan)
-        by_chars = frame.reasoning_chars / np.where(frame.answer_chars > 0, frame.answer_chars, np.nan)
+        by_chars = frame.reasoning_bytes / np.where(frame.answer_bytes > 0, frame.answer_bytes, np.nan)
     ratio = np.where(np.isnan(by_tokens), by_chars, by_tokens)
     return {
         "reasoning_tokens": reasoning,
         "answer_tokens": answer_tokens,
         "completion_tokens": completion,
         "prompt_tokens": frame.tokens["prompt_tokens"],
-        "answer_chars": frame.answer_chars.astype(np.float64),
-        "reasoning_chars": frame.reasoning_chars.astype(np.float64),
+        "answer_bytes": frame.answer_bytes.astype(np.float64),
+        "reasoning_bytes": frame.reasoning_bytes.astype(np.float64),
         "reasoning_answer_ratio": ratio,
     }
 
@@ -112,7 +111,7 @@ def group_row(d: Derived, mask: np.ndarray) -> dict[str, Any]:
         "shared_rate": rate(d.shared, acc, n_acc),
         "truncated_rate": rate(d.truncated, mask, rows),
         "completion_tokens_p50": float(np.median(completion)) if completion.size else None,
-        "answer_chars_p50": float(np.median(f.answer_chars[acc])) if n_acc else None,
+        "answer_bytes_p50": float(np.median(f.answer_bytes[acc])) if n_acc else None,
     }
 
 
@@ -122,7 +121,7 @@ def group_table(
     """One row per group. `same_kind`: compare a group only with groups of its kind (shards with shards,
     rejects files with rejects files), since a rejects file is full of truncations by construction."""
     table: dict[str, dict[str, Any]] = {}
-    for code, name in enumerate(names):
+    for code, name in sorted(enumerate(names), key=lambda pair: pair[1]):  # codes follow thread timing
         mask = codes == code
         if not mask.any():
             continue
@@ -167,7 +166,8 @@ def warnings(d: Derived, overall: dict[str, Any]) -> list[str]:
 
 def counts(codes: np.ndarray, names: list[str], mask: np.ndarray) -> dict[str, int]:
     tally = Counter(codes[mask].tolist())
-    return {names[c]: n for c, n in tally.most_common() if c >= 0}
+    ordered = sorted(((names[c], n) for c, n in tally.items() if c >= 0), key=lambda kv: (-kv[1], kv[0]))
+    return dict(ordered)
 
 
 def histogram(values: np.ndarray, bins: int = 40) -> dict[str, list[float]]:
@@ -189,7 +189,7 @@ def timeline(d: Derived, bins: int = 40) -> dict[str, Any]:
     edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
     acc, _ = np.histogram(f.created_at[ok & d.accepted], bins=edges)
     by_reason = {}
-    for code, name in enumerate(f.reasons):
+    for code, name in sorted(enumerate(f.reasons), key=lambda pair: pair[1]):
         hist, _ = np.histogram(f.created_at[ok & (f.reason == code)], bins=edges)
         by_reason[name] = hist.tolist()
     return {"edges": edges.tolist(), "accepted": acc.tolist(), "by_reason": by_reason}

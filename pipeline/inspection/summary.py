@@ -82,7 +82,7 @@ def _overview(d: stats.Derived) -> dict[str, Any]:
     overall = stats.group_row(d, everything)
     lengths = stats.length_columns(frame)
     basis = d.accepted if d.accepted.any() else everything
-    answers = "answer_tokens" if not np.isnan(lengths["answer_tokens"][basis]).all() else "answer_chars"
+    answers = "answer_tokens" if not np.isnan(lengths["answer_tokens"][basis]).all() else "answer_bytes"
     return {
         "rows": overall["rows"],
         "accepted": overall["accepted"],
@@ -112,7 +112,7 @@ def _problems(d: stats.Derived) -> dict[str, Any]:
     return {
         "duplicates_answers": {
             "min_prompts": stats.SHARED_MIN_PROMPTS,
-            "min_chars": stats.SHARED_MIN_CHARS,
+            "min_bytes": stats.SHARED_MIN_BYTES,
             "rows": shared_rows,
             "rate": shared_rows / n_acc if n_acc else 0.0,
             "top": [
@@ -122,7 +122,7 @@ def _problems(d: stats.Derived) -> dict[str, Any]:
         },
         "repetition": _examples(frame, frame.looping, len(frame)),
         "short_answers": {
-            "threshold_chars": d.short_threshold,
+            "threshold_bytes": d.short_threshold,
             **_examples(frame, d.short & d.accepted, n_acc),
         },
         "empty_answers": _examples(frame, d.empty & d.accepted, n_acc),

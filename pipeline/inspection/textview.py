@@ -131,7 +131,7 @@ def _problem_lines(r: dict[str, Any]) -> str:
     dup, rep, short, empty = r["duplicates_answers"], r["repetition"], r["short_answers"], r["empty_answers"]
     lines = [
         f"empty answers (accepted): {empty['rows']:,} ({_pct(empty['rate'])}) {_ids(empty['examples'])}",
-        f"short answers (< {short['threshold_chars']} chars): {short['rows']:,} ({_pct(short['rate'])}) "
+        f"short answers (< {short['threshold_bytes']} bytes): {short['rows']:,} ({_pct(short['rate'])}) "
         f"{_ids(short['examples'])}",
         f"looping (degenerate repetition): {rep['rows']:,} ({_pct(rep['rate'])}) {_ids(rep['examples'])}",
         f"answers shared by {dup['min_prompts']}+ prompts: {dup['rows']:,} ({_pct(dup['rate'])})",
