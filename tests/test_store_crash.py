@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,24 +13,26 @@ import pyarrow.parquet as pq
 
 from pipeline.store import RunStore
 
-TOTAL = 3000
+TOTAL = 1500
 
 WRITER = textwrap.dedent(
     """
     import random, sys
     from pathlib import Path
-    from pipeline.store import RunStore, id_hash
+    from pipeline.store import RunStore, id_hash, owns
     from pipeline.store import synthetic as syn
 
     run_dir, total, seed, retry = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+    worker, workers = int(sys.argv[5]), int(sys.argv[6])
     rng = random.Random(seed)
-    store = RunStore(run_dir, worker_index=0, num_workers=1, keep_fields=(), shard_rows=40, row_group_rows=8)
+    store = RunStore(run_dir, worker_index=worker, num_workers=workers, keep_fields=(), shard_rows=40,
+                     row_group_rows=8)
     state = store.open(retry_rejects=retry)
     print("open", state.accepted, state.rejected, flush=True)
     batch = []
     for i in range(total):
         pid = f"p{i}"
-        if id_hash(pid) in state.done:
+        if id_hash(pid) in state.done or not owns(id_hash(pid), worker, workers):
             continue
         if rng.random() < 0.2:
             store.add_rejected(syn.rejected(pid))
@@ -49,35 +50,60 @@ WRITER = textwrap.dedent(
 )
 
 
-def _run(run_dir: Path, seed: int, *, retry: bool, kill_after: float | None) -> tuple[set[str], bool]:
-    """One writer process; returns the ids it reported synced, and whether it finished."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(run_dir), str(TOTAL), str(seed), "1" if retry else "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    lines: list[str] = []
-    opened = threading.Event()
+def _run(run_dir: Path, seed: int, *, retry: bool, kill_after: list[float | None]) -> tuple[set[str], int]:
+    """One writer process per entry of `kill_after`, all at once; each is SIGKILLed that many seconds after it
+    opened (None: left to finish). Returns the ids they reported synced, and how many finished."""
+    workers = len(kill_after)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WRITER,
+                str(run_dir),
+                str(TOTAL),
+                str(seed * 10 + w),
+                "1" if retry else "0",
+                str(w),
+                str(workers),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        for w in range(workers)
+    ]
+    outputs = [_Output(p) for p in procs]
+    for output, delay in zip(outputs, kill_after, strict=True):
+        assert output.opened.wait(30), "writer did not open"
+        if delay is not None:
+            threading.Timer(delay, output.proc.send_signal, (signal.SIGKILL,)).start()
+    for output in outputs:
+        output.finish()
+    synced = {pid for o in outputs for line in o.lines if line.startswith("synced") for pid in line.split()[1:]}
+    return synced, sum(any(line.startswith("closed") for line in o.lines) for o in outputs)
 
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            opened.set()
 
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert opened.wait(30), "writer did not open"
-    if kill_after is not None:
-        time.sleep(kill_after)
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    reader.join(timeout=30)
-    assert proc.stdout is not None
-    proc.stdout.close()
-    synced = {pid for line in lines if line.startswith("synced") for pid in line.split()[1:]}
-    return synced, any(line.startswith("closed") for line in lines)
+class _Output:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.opened = threading.Event()
+        self.reader = threading.Thread(target=self._read)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self.opened.set()
+        self.opened.set()
+
+    def finish(self) -> None:
+        self.proc.wait(timeout=60)
+        self.reader.join(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
 
 def _committed(run_dir: Path) -> Counter[str]:
@@ -93,20 +119,22 @@ def test_repeated_sigkill_loses_nothing_synced_and_duplicates_nothing(tmp_path):
     run = tmp_path / "run"
     synced_ever: set[str] = set()
     kills = 0
-    for round in range(8):
+    for round in range(6):
         retry = round % 3 == 2  # some resumes re-attempt rejects, moving ids between directories
-        synced, finished = _run(run, seed=round, retry=retry, kill_after=rng.uniform(0.0, 0.35))
+        workers = [1, 3, 2, 3, 1, 2][round]  # the worker count changes between runs
+        delays: list[float | None] = [rng.uniform(0.05, 0.35) for _ in range(workers)]
+        synced, finished = _run(run, seed=round, retry=retry, kill_after=delays)
         synced_ever |= synced
-        kills += not finished
+        kills += workers - finished
         store = RunStore(run, worker_index=0, num_workers=1, keep_fields=())
-        store.open()  # recovery alone must restore the invariant
+        store.open()  # recovery alone restores the invariant
         store.close()
         counts = _committed(run)
         assert [pid for pid, n in counts.items() if n > 1] == []
         assert synced_ever <= set(counts)
-    assert kills >= 4
-    _, finished = _run(run, seed=99, retry=False, kill_after=None)
-    assert finished
+    assert kills >= 6
+    _, finished = _run(run, seed=99, retry=False, kill_after=[None, None])
+    assert finished == 2
     counts = _committed(run)
     assert [pid for pid, n in counts.items() if n > 1] == []
     assert synced_ever <= set(counts)
