@@ -395,31 +395,23 @@ def _missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str
 
 
 def _judge_info(got: _Facts, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
-    derived = _derived(got)
-    checks = []
-    cap = derived["effective_max_running_requests"]
-    if cap is not None and "effective_max_running_requests" not in expect_keys:
-        short = ep.concurrency > cap
-        hint = (
-            (
-                f"requests beyond {cap} wait in the server queue: lower endpoints.concurrency to {cap} or raise "
-                "--max-running-requests (hybrid models: the mamba cache caps it)"
-            )
-            if short
-            else ""
-        )
-        checks.append(
-            _check(
-                "concurrency",
-                "effective_max_running_requests",
-                f"≥ {ep.concurrency}",
-                cap,
-                True,
-                hint,
-                "warning" if short else "info",
-            )
-        )
-    return checks
+    cap = _derived(got)["effective_max_running_requests"]
+    if cap is None or "effective_max_running_requests" in expect_keys:
+        return []
+    return _judge_concurrency(cap, ep, "the server runs")
+
+
+def _judge_concurrency(cap: int, ep: EndpointConfig, who: str) -> list[dict[str, Any]]:
+    """Information (a warning when the config sends more than the server runs at once), never drift."""
+    short = ep.concurrency > cap
+    hint = (
+        f"{who} at most {cap} requests at once, the rest wait in a queue: lower endpoints.concurrency to {cap} or "
+        "raise --max-running-requests (hybrid models: the mamba cache caps it)"
+        if short
+        else ""
+    )
+    level = "warning" if short else "info"
+    return [_check("concurrency", "effective_max_running_requests", f"≥ {ep.concurrency}", cap, True, hint, level)]
 
 
 def _judge_probe(got: _Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
@@ -566,6 +558,9 @@ async def preflight_endpoint(
     else:
         result["workers"] = await _check_workers(got.router_workers, cfg, api_key, extra_expect, retry, sleep)
         checks += _worker_checks(result["workers"], expectations)
+        caps = [w["info"]["effective_max_running_requests"] for w in result["workers"] if w["reachable"]]
+        if caps and None not in caps and "effective_max_running_requests" not in expect_keys:
+            checks += _judge_concurrency(sum(caps), ep, "the router's workers together run")
     checks += _judge_probe(got, cfg, expect_keys)
     result["version"] = (got.info or {}).get("version")
     result["ok"] = all(c["ok"] for c in checks)
@@ -604,7 +599,7 @@ def _worker_checks(workers: list[dict[str, Any]], expectations: list[Expectation
     out = []
     for worker in workers:
         for check in worker["checks"]:
-            if check["name"] in ("model", "probe", "thinking", "speculative"):
+            if check["name"] in ("model", "probe", "thinking", "speculative", "concurrency"):
                 continue
             tagged = {**check, "worker": worker["url"]}
             if check["name"] == "reachable" and not check["ok"]:
@@ -624,14 +619,30 @@ async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool =
         for ep in endpoints:
             url = ep.url
             if url == "sim":
-                from .sim import SimConfig, serve  # only imported when a config asks for the simulator
-
-                url = await stack.enter_async_context(serve(SimConfig.from_argv(list(ep.sim_args))))
+                url, refused = await _start_sim(stack, ep)
+                if refused:
+                    jobs.append(_failed_start(ep, refused))
+                    continue
             local = dataclasses.replace(cfg, endpoints=(dataclasses.replace(ep, url=url),))
             api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
             jobs.append(preflight_endpoint(url, local, api_key=api_key, probe=probe))
         results = list(await asyncio.gather(*jobs))
     return {"ok": all(r["ok"] for r in results), "endpoints": results}
+
+
+async def _start_sim(stack: AsyncExitStack, ep: EndpointConfig) -> tuple[str, str]:
+    """(the embedded simulator's URL, ""), or ("", SGLang's startup message) when it refuses these sim_args."""
+    from .sim import SimConfig, SimStartupError, serve  # only imported when a config asks for the simulator
+
+    try:
+        return str(await stack.enter_async_context(serve(SimConfig.from_argv(list(ep.sim_args))))), ""
+    except SimStartupError as exc:
+        return "", f"{exc.kind}: {exc.message}"
+
+
+async def _failed_start(ep: EndpointConfig, message: str) -> dict[str, Any]:
+    check = _check("start", None, "the simulator starts", message, False, "fix endpoints.sim_args")
+    return {"url": ep.url, "ok": False, "reachable": False, "version": None, "checks": [check], "info": {}}
 
 
 async def server_fingerprint(url: str, api_key: str | None = None, client: ClientConfig | None = None) -> dict:

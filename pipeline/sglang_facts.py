@@ -170,6 +170,8 @@ def _mamba_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], v
     if expected == "extra_buffer" and actual == "no_buffer":
         if v is not None and v < (0, 5, 14):
             extra = f" and set {SPEC_V2_ENV}=1" if v < (0, 5, 12) and info.get("speculative_algorithm") else ""
+            if info.get("disable_radix_cache") and v >= (0, 5, 10):
+                extra += " and drop --disable-radix-cache (0.5.10-0.5.12 refuse extra_buffer with it)"
             return (
                 f"SGLang {'.'.join(map(str, v))} resolves auto (the default) to no_buffer: pass "
                 f"{flag} extra_buffer explicitly{extra}; a PD decode server (0.5.12) also falls back to no_buffer"

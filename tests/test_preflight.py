@@ -121,7 +121,7 @@ def test_concurrency_beyond_the_server_cap_is_a_warning() -> None:
     report = _with_sim(GOOD, lambda url: preflight_endpoint(url, cfg))
     check = _by_name(report)["concurrency"]
     assert check["ok"] and check["level"] == "warning" and check["actual"] == 48
-    assert "lower endpoints.concurrency to 48" in check["hint"]
+    assert "at most 48 requests at once" in check["hint"] and "lower endpoints.concurrency to 48" in check["hint"]
 
 
 def test_probe_carries_a_regen_probe_rid() -> None:
@@ -185,6 +185,13 @@ def test_preflight_starts_sim_endpoints() -> None:
     assert set(result["endpoints"][0]) >= {"url", "ok", "checks"}
     for check in result["endpoints"][0]["checks"]:
         assert set(check) >= {"name", "key", "expected", "actual", "ok", "hint"}
+
+
+def test_sim_endpoint_that_sglang_would_refuse_is_reported() -> None:
+    cfg = _cfg(endpoints=[{"url": "sim", "sim_args": ["--mamba-scheduler-strategy", "extra_buffer"]}])
+    result = asyncio.run(preflight(cfg))
+    (check,) = result["endpoints"][0]["checks"]
+    assert not result["ok"] and "unrecognized arguments: --mamba-scheduler-strategy" in check["actual"]
 
 
 def test_fingerprint_changes_when_the_server_restarts_differently() -> None:
