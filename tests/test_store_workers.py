@@ -1,6 +1,7 @@
 import subprocess
 import sys
 import textwrap
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from pipeline.errors import LockedError
 from pipeline.store import RunStore, id_hash, owns
 from pipeline.store import synthetic as syn
+from pipeline.store.locks import FileLock, take_worker_lock, worker_lock_path
 
 IDS = [f"p{i}" for i in range(300)]
 
@@ -115,3 +117,19 @@ def test_second_process_on_the_same_worker_index_is_refused(tmp_path):
     again = _store(run, 0, 2)  # the lock died with its holder
     again.open()
     again.close()
+
+
+def test_a_peer_recovering_this_index_is_waited_for_not_refused(tmp_path):
+    (tmp_path / "locks").mkdir()
+    peer = FileLock(worker_lock_path(tmp_path, 1))
+    assert peer.acquire(role="recovering")
+    threading.Timer(0.3, peer.release).start()
+    mine = take_worker_lock(tmp_path, 1, patience_s=0.1)
+    assert mine.held
+    mine.release()
+
+    live = FileLock(worker_lock_path(tmp_path, 1))
+    assert live.acquire(role="worker")
+    with pytest.raises(LockedError, match="is already running"):
+        take_worker_lock(tmp_path, 1, patience_s=0.1)
+    live.release()

@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -37,8 +38,9 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, *, blocking: bool = False) -> bool:
-        """Take the lock; False if another process holds it (only when not blocking)."""
+    def acquire(self, *, blocking: bool = False, role: str = "worker") -> bool:
+        """Take the lock; False if another process holds it (only when not blocking). `role` is recorded
+        for whoever is refused: "worker" holds it for a run, "recovering" only while recovering a journal."""
         if self._fd is not None:
             return True
         with output_errors(self.path, "open the lock file"):
@@ -53,7 +55,7 @@ class FileLock:
             with output_errors(self.path, "lock"):
                 raise exc
         self._fd = fd
-        self._write_owner(fd)
+        self._write_owner(fd, role)
         return True
 
     def release(self) -> None:
@@ -61,17 +63,25 @@ class FileLock:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the last descriptor drops the flock
 
-    def holder(self) -> str:
-        """Who holds the lock, as recorded in the lock file by its holder."""
+    def note(self) -> dict[str, Any]:
+        """What the holder recorded in the lock file (may be stale for a moment after a new holder took it)."""
         try:
             info = orjson.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def holder(self) -> str:
+        """Who holds the lock, as recorded in the lock file by its holder."""
+        info = self.note()
+        try:
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["since"]))
             return f"pid {info['pid']} on host {info['host']} (since {since})"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return "an unknown process"
 
-    def _write_owner(self, fd: int) -> None:
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    def _write_owner(self, fd: int, role: str) -> None:
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "role": role}
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, orjson.dumps(info), 0)
@@ -86,11 +96,24 @@ class FileLock:
         self.release()
 
 
-def take_worker_lock(run_dir: Path, worker: int) -> FileLock:
+def take_worker_lock(
+    run_dir: Path, worker: int, *, patience_s: float = 2.0, recovery_wait_s: float = 600.0
+) -> FileLock:
+    """This worker's lock, or LockedError naming its holder.
+
+    A peer may hold it for a moment to recover this index's orphan journal (workers started together all look
+    for orphans): then wait for it. A holder that is not recovering is refused after `patience_s`, the time a
+    new holder has to record its role.
+    """
     lock = FileLock(worker_lock_path(run_dir, worker))
-    if not lock.acquire():
-        raise LockedError(
-            f"worker {worker} of {run_dir} is already running: lock {lock.path} is held by {lock.holder()}. "
-            "Stop that process or use another --worker-index"
-        )
+    start = time.monotonic()
+    while not lock.acquire():
+        waited = time.monotonic() - start
+        recovering = lock.note().get("role") == "recovering"
+        if waited > (recovery_wait_s if recovering else patience_s):
+            raise LockedError(
+                f"worker {worker} of {run_dir} is already running: lock {lock.path} is held by {lock.holder()}. "
+                "Stop that process or use another --worker-index"
+            )
+        time.sleep(0.05)
     return lock

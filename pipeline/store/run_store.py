@@ -105,7 +105,7 @@ class RunStore:
         recovered = self._recover_worker(self.worker_index, index)
         for worker in sorted(self._other_workers()):
             lock = FileLock(worker_lock_path(self.run_dir, worker))
-            if lock.acquire():
+            if lock.acquire(role="recovering"):
                 try:
                     recovered += self._recover_worker(worker, index)
                 finally:
