@@ -126,6 +126,8 @@ if what == "status":
 elif what == "inspect":
     result = inspect_run(run, sample=5, seed=0)
     write_html(result, run / "report.html")
+elif what == "inspect-no-reasoning":
+    result = inspect_run(run, sample=5, seed=0, reasoning=False)
 else:
     result = inspect_run(run, sample=5, seed=0, where=sys.argv[3])
 wall = time.perf_counter() - t
@@ -152,7 +154,8 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.dir / "run.json").exists():
         print(json.dumps(generate(args.dir, args.rows, args.row_bytes, args.workers)), flush=True)
-    for what, extra in (("status", ()), ("inspect", ()), ("where", ("completion_tokens > 4000",))):
+    jobs = [("status", ()), ("inspect", ()), ("inspect-no-reasoning", ()), ("where", ("completion_tokens > 4000",))]
+    for what, extra in jobs:
         print(json.dumps(measure(args.dir, what, *extra)), flush=True)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_inspection_runs import A, B, C, T0, add_journal, build_run, row, write
+from test_inspection_runs import T0, A, B, C, add_journal, build_run, row, write
 
 from pipeline.inspection import (
     WhereError,
@@ -216,3 +216,10 @@ def test_status_uses_fresh_metrics(run: Path) -> None:
     assert len(s["last_errors"]) == 2 and "503" in s["last_errors"][0]
     text = format_status(s)
     assert "ETA 0m02s" in text and "last errors:" in text and C in text
+
+
+def test_skipping_reasoning_keeps_answer_checks(run: Path) -> None:
+    r = inspect_run(run, reasoning=False)
+    assert r["empty_answers"]["rows"] == 20 and r["short_answers"]["rows"] == 4
+    assert r["repetition"]["rows"] == 0  # the planted loops are in the reasoning, which was not read
+    assert r["percentiles"]["reasoning_tokens"]["count"] == 200

@@ -25,7 +25,7 @@ from .where import Where
 
 BATCH_ROWS = 8192
 SCAN_THREADS = min(4, os.cpu_count() or 1)
-TAIL_CHARS = 2000  # how much of a text's end the looping check looks at
+TAIL_CHARS = 1200  # how much of a text's end the looping check looks at
 PROBE_CHARS = 40  # the closing phrase that must recur to call a text a loop
 LOOP_REPEATS = 4  # ... this many times within the tail
 SHARED_MIN_BYTES = 20  # answers shorter than this ("4", "Yes") are legitimately shared; not hashed
@@ -39,6 +39,7 @@ class Filters:
     reason: str | None = None
     endpoint: str | None = None
     where: Where | None = None
+    reasoning: bool = True  # False: skip the reasoning text (the bulk of the bytes); no reasoning loop check
 
 
 @dataclass
@@ -145,7 +146,8 @@ def _batches(f: DataFile, filters: Filters) -> Iterator[tuple[pa.RecordBatch, np
         return
     pfile = pq.ParquetFile(f.path)
     names = set(pfile.schema_arrow.names)
-    columns = [c for c in _SCAN_COLUMNS if c in names] + (["reason"] if f.rejects else [])
+    wanted = [c for c in _SCAN_COLUMNS if filters.reasoning or c != "reasoning"]
+    columns = [c for c in wanted if c in names] + (["reason"] if f.rejects else [])
     missing: list[str] = []
     if filters.where is not None:
         columns += sorted(c for c in filters.where.columns if c not in columns and c in names)
@@ -247,13 +249,11 @@ def _looping(text: pa.Array) -> np.ndarray:
     (`text` is binary): slicing the tail is O(1) per row and nothing is decoded.
     """
     out = np.zeros(len(text), dtype=bool)
-    rows = np.flatnonzero(pc.binary_length(text).to_numpy(zero_copy_only=False) >= PROBE_CHARS * LOOP_REPEATS)
-    if not rows.size:
-        return out
-    tails = pc.binary_slice(text.take(pa.array(rows)), -TAIL_CHARS - 64).to_pylist()
-    for i, tail in zip(rows.tolist(), tails, strict=True):
-        window = tail.rstrip()[-TAIL_CHARS:]
-        out[i] = len(window) >= PROBE_CHARS * LOOP_REPEATS and window.count(window[-PROBE_CHARS:]) >= LOOP_REPEATS
+    tails = pc.binary_slice(text, -TAIL_CHARS - 64).to_pylist()  # no take(): nearly every row is long enough
+    for i, tail in enumerate(tails):
+        if tail is not None and len(tail) >= PROBE_CHARS * LOOP_REPEATS:
+            window = tail.rstrip()[-TAIL_CHARS:]
+            out[i] = window.count(window[-PROBE_CHARS:]) >= LOOP_REPEATS
     return out
 
 

@@ -38,8 +38,8 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         _scan_committed(f, journal, acc)
     for f in rundir.reject_files(run_dir):
         _scan_committed(f, journal, acc)
-    for entry in journal.values():
-        acc.add_row(entry["row"], rejected=entry["kind"] == "rejected")
+    for kind in ("accepted", "rejected"):
+        acc.add_rows([e["row"] for e in journal.values() if e["kind"] == kind], rejected=kind == "rejected")
     total = rundir.total_prompts(man)
     done = acc.accepted + acc.rejected
     status: dict[str, Any] = {
@@ -91,7 +91,10 @@ class _Tally:
             counts["rejected" if rejected else "accepted"] += int(mask.sum())
             self.ep_latency.setdefault(value, []).append(latency[mask])
 
-    def add_row(self, row: dict[str, Any], rejected: bool) -> None:
+    def add_rows(self, rows: list[dict[str, Any]], rejected: bool) -> None:
+        """Journal rows (plain dicts), tallied as one batch."""
+        if not rows:
+            return
         schema = pa.schema(
             [
                 ("endpoint", pa.string()),
@@ -100,14 +103,11 @@ class _Tally:
                 ("created_at", pa.float64()),
             ]
         )
-        values = {
-            "endpoint": [row.get("endpoint")],
-            "latency_s": [row.get("latency_s")],
-            "completion_tokens": [row.get("completion_tokens")],
-            "created_at": [_row_time(row.get("created_at"))],
-        }
+        values = {name: [r.get(name) for r in rows] for name in ("endpoint", "latency_s", "completion_tokens")}
+        values["created_at"] = [_row_time(r.get("created_at")) for r in rows]
         batch = pa.RecordBatch.from_pydict(values, schema=schema)
-        self.add_batch(batch, rejected, pa.array([row.get("reason")], pa.string()) if rejected else None)
+        reasons = pa.array([r.get("reason") for r in rows], pa.string()) if rejected else None
+        self.add_batch(batch, rejected, reasons)
 
     def endpoint_table(self) -> dict[str, dict[str, Any]]:
         table: dict[str, dict[str, Any]] = {}
