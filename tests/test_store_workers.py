@@ -133,3 +133,18 @@ def test_a_peer_recovering_this_index_is_waited_for_not_refused(tmp_path):
     with pytest.raises(LockedError, match="is already running"):
         take_worker_lock(tmp_path, 1, patience_s=0.1)
     live.release()
+
+
+def test_a_live_worker_with_another_worker_count_is_refused(tmp_path):
+    run = tmp_path / "run"
+    old = _store(run, 2, 3)
+    old.open()
+    with pytest.raises(LockedError, match="--num-workers 3"):
+        _store(run, 0, 2).open()
+    same = _store(run, 0, 3)
+    same.open()
+    same.close()
+    old.close()
+    new = _store(run, 0, 2)  # once the old worker is gone, the new count is fine
+    new.open()
+    new.close()

@@ -38,7 +38,7 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, *, blocking: bool = False, role: str = "worker") -> bool:
+    def acquire(self, *, blocking: bool = False, role: str = "worker", **note: Any) -> bool:
         """Take the lock; False if another process holds it (only when not blocking). `role` is recorded
         for whoever is refused: "worker" holds it for a run, "recovering" only while recovering a journal."""
         if self._fd is not None:
@@ -55,7 +55,23 @@ class FileLock:
             with output_errors(self.path, "lock"):
                 raise exc
         self._fd = fd
-        self._write_owner(fd, role)
+        self._write_owner(fd, {"role": role, **note})
+        return True
+
+    def is_free(self) -> bool:
+        """Whether nobody holds the lock right now (takes and drops it without writing a note)."""
+        if self._fd is not None:
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
         return True
 
     def release(self) -> None:
@@ -80,8 +96,8 @@ class FileLock:
         except (KeyError, TypeError, ValueError, OverflowError):
             return "an unknown process"
 
-    def _write_owner(self, fd: int, role: str) -> None:
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "role": role}
+    def _write_owner(self, fd: int, note: dict[str, Any]) -> None:
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), **note}
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, orjson.dumps(info), 0)
@@ -97,7 +113,12 @@ class FileLock:
 
 
 def take_worker_lock(
-    run_dir: Path, worker: int, *, patience_s: float = 2.0, recovery_wait_s: float = 600.0
+    run_dir: Path,
+    worker: int,
+    num_workers: int = 0,
+    *,
+    patience_s: float = 2.0,
+    recovery_wait_s: float = 600.0,
 ) -> FileLock:
     """This worker's lock, or LockedError naming its holder.
 
@@ -107,7 +128,7 @@ def take_worker_lock(
     """
     lock = FileLock(worker_lock_path(run_dir, worker))
     start = time.monotonic()
-    while not lock.acquire():
+    while not lock.acquire(num_workers=num_workers):
         waited = time.monotonic() - start
         recovering = lock.note().get("role") == "recovering"
         if waited > (recovery_wait_s if recovering else patience_s):
@@ -117,3 +138,19 @@ def take_worker_lock(
             )
         time.sleep(0.05)
     return lock
+
+
+def check_peers(run_dir: Path, worker: int, num_workers: int) -> None:
+    """Refuse to run beside a live worker that partitions the ids differently: both would own some ids."""
+    for path in sorted((run_dir / "locks").glob("worker-*.lock")):
+        lock = FileLock(path)
+        if path == worker_lock_path(run_dir, worker) or lock.is_free():
+            continue
+        note = lock.note()
+        theirs = note.get("num_workers")
+        if note.get("role") == "worker" and isinstance(theirs, int) and theirs not in (0, num_workers):
+            raise LockedError(
+                f"{path.stem} of {run_dir} is running with --num-workers {theirs} ({lock.holder()}); this "
+                f"process has --num-workers {num_workers}. All live workers of a run must agree: stop the "
+                "old ones first"
+            )

@@ -29,7 +29,7 @@ from .doneset import DoneSet
 from .durable import fsync_dir, output_errors
 from .index import CommittedIndex
 from .journal import ACCEPTED, REJECTED, JournalWriter, encode, list_journals, read_journal
-from .locks import FileLock, take_worker_lock, worker_lock_path
+from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hashes, owns_many
 from .recovery import recover_journal, remove_ids, settle
 from .shards import REJECTS, SHARDS, PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
@@ -92,8 +92,9 @@ class RunStore:
         with output_errors(self.run_dir, "create the run directory"):
             for sub in (SHARDS, REJECTS, JOURNAL, LOCKS):
                 (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        self._lock = take_worker_lock(self.run_dir, self.worker_index)
+        self._lock = take_worker_lock(self.run_dir, self.worker_index, self.num_workers)
         try:
+            check_peers(self.run_dir, self.worker_index, self.num_workers)
             return self._resume(retry_rejects)
         except BaseException:
             self._release()
