@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -30,31 +31,6 @@ from .retry import RetryPolicy
 PROBE_RID_PREFIX = "regen-probe-"
 PROBE_MAX_TOKENS = 128
 PROBE_PROMPT = "What is 17 + 25? Think briefly, then answer with the number."
-# The /server_info keys that make a server "the same configuration" across a restart.
-FINGERPRINT_KEYS = (
-    "version",
-    "model_path",
-    "served_model_name",
-    "tp_size",
-    "dp_size",
-    "pp_size",
-    "ep_size",
-    "context_length",
-    "max_running_requests",
-    "page_size",
-    "attention_backend",
-    "disable_radix_cache",
-    "disable_overlap_schedule",
-    facts.MAMBA_OLD,
-    facts.MAMBA_NEW,
-    "speculative_algorithm",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "speculative_draft_model_path",
-    "reasoning_parser",
-    "tool_call_parser",
-)
 
 Sleep = Callable[[float], Awaitable[None]]
 Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
@@ -273,35 +249,16 @@ def _check(
     }
 
 
-def effective_concurrency(info: Mapping[str, Any]) -> int | None:
-    """The real concurrency cap: internal_states[].effective_max_running_requests_per_dp over the DP ranks."""
-    dp = int(info.get("dp_size") or 1)
-    states = info.get("internal_states") or []
-    per = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
-    caps = [int(p) for p in per if isinstance(p, int | float) and not isinstance(p, bool)]
-    if caps:
-        return sum(caps) if len(caps) == dp else caps[0] * dp
-    mrr = info.get("max_running_requests")
-    return int(mrr) if isinstance(mrr, int) else None
-
-
-def spec_accept_length(info: Mapping[str, Any], probe: Mapping[str, Any] | None) -> float | None:
-    values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or [] if isinstance(s, dict)]
-    numbers = [float(x) for x in values if isinstance(x, int | float) and x]
-    if numbers:
-        return round(sum(numbers) / len(numbers), 3)
-    from_probe = (probe or {}).get("spec_accept_length")
-    return float(from_probe) if isinstance(from_probe, int | float) else None
-
-
 def _derived(got: _Facts) -> dict[str, Any]:
     info = got.info or {}
     spec_on = bool(info.get("speculative_algorithm"))
     return {
         "version": info.get("version"),
-        "effective_max_running_requests": effective_concurrency(info),
+        "effective_max_running_requests": facts.effective_concurrency(info),
         "speculative_decoding": spec_on,
-        "spec_accept_length": spec_accept_length(info, got.probe) if spec_on else None,
+        "spec_accept_length": facts.spec_accept_length(info, (got.probe or {}).get("spec_accept_length"))
+        if spec_on
+        else None,
     }
 
 
@@ -387,8 +344,8 @@ def _judge_expect(got: _Facts, expectations: list[Expectation]) -> list[dict[str
 
 
 def _missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
-    import difflib
-
+    if not info:
+        return "the server answered neither /server_info nor /get_server_info: nothing could be checked"
     close = difflib.get_close_matches(key, [k for k in info if isinstance(k, str)], n=1, cutoff=0.7)
     where = f"SGLang {version}" if version else "this server"
     return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
@@ -654,8 +611,8 @@ async def server_fingerprint(url: str, api_key: str | None = None, client: Clien
             if status in (401, 403):
                 raise FatalEndpointError(f"{url}{path}: HTTP {status} (check the endpoint's api_key_env)")
             if status == 200 and isinstance(body, dict):
-                fp = {k: body[k] for k in FINGERPRINT_KEYS if k in body}
-                fp["effective_max_running_requests"] = effective_concurrency(body)
+                fp = {k: body[k] for k in facts.FINGERPRINT_KEYS if k in body}
+                fp["effective_max_running_requests"] = facts.effective_concurrency(body)
                 return fp
     raise RetryableRequestError(f"{url}: no /server_info", status=status)
 

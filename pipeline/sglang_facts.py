@@ -125,6 +125,56 @@ def spec_v2_enabled(env: Mapping[str, str], version: tuple[int, int, int]) -> bo
     return raw.strip().lower() in ("1", "true", "yes", "on")
 
 
+# ---------------------------------------------------------------- reading /server_info
+
+# The /server_info keys that make a server "the same configuration" across a restart.
+FINGERPRINT_KEYS = (
+    "version",
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "ep_size",
+    "context_length",
+    "max_running_requests",
+    "page_size",
+    "attention_backend",
+    "disable_radix_cache",
+    "disable_overlap_schedule",
+    MAMBA_OLD,
+    MAMBA_NEW,
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "reasoning_parser",
+    "tool_call_parser",
+)
+
+
+def effective_concurrency(info: Mapping[str, Any]) -> int | None:
+    """The real concurrency cap: internal_states[].effective_max_running_requests_per_dp over the DP ranks."""
+    dp = int(info.get("dp_size") or 1)
+    states = info.get("internal_states") or []
+    per = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
+    caps = [int(p) for p in per if isinstance(p, int | float) and not isinstance(p, bool)]
+    if caps:
+        return sum(caps) if len(caps) == dp else caps[0] * dp
+    mrr = info.get("max_running_requests")
+    return int(mrr) if isinstance(mrr, int) else None
+
+
+def spec_accept_length(info: Mapping[str, Any], from_response: Any = None) -> float | None:
+    """The mean accept length: /server_info internal_states[].avg_spec_accept_length, else a response's."""
+    values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or [] if isinstance(s, dict)]
+    numbers = [float(x) for x in values if isinstance(x, int | float) and x]
+    if numbers:
+        return round(sum(numbers) / len(numbers), 3)
+    return float(from_response) if isinstance(from_response, int | float) else None
+
+
 # ---------------------------------------------------------------- hints for drift
 
 
