@@ -1,0 +1,208 @@
+"""`SimConfig`: every knob of the simulator, and the `regen sim` flags that set them (SGLang's spellings)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .args import MAMBA_STRATEGIES, SPEC_ALGORITHMS, VERSIONS, SimStartupError, check_flags
+
+# Fields that are SGLang server_args (passed to `args.resolve`); the rest are simulator knobs.
+SERVER_ARG_FIELDS = (
+    "model_path",
+    "served_model_name",
+    "context_length",
+    "max_running_requests",
+    "max_queued_requests",
+    "reasoning_parser",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "mamba_scheduler_strategy",
+    "mamba_radix_cache_strategy",
+    "disable_radix_cache",
+    "disable_overlap_schedule",
+    "page_size",
+    "attention_backend",
+    "enable_cache_report",
+    "api_key",
+    "enable_metrics",
+    "tp_size",
+    "architecture",
+)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    # SGLang launch flags (server_args names)
+    model_path: str = "Qwen/Qwen3.6-27B"
+    served_model_name: str | None = None
+    context_length: int | None = None
+    max_running_requests: int | None = None
+    max_queued_requests: int | None = None
+    reasoning_parser: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    mamba_scheduler_strategy: str | None = None
+    mamba_radix_cache_strategy: str | None = None
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
+    page_size: int = 1
+    attention_backend: str | None = None
+    enable_cache_report: bool = False
+    api_key: str | None = None
+    enable_metrics: bool = False
+    tp_size: int = 1
+    # which SGLang to be, and the model it pretends to serve
+    version: str = "0.5.23"
+    architecture: str | None = None  # None: derived from model_path (Qwen3.5/3.6/Next are hybrid mamba)
+    env: Mapping[str, str] = field(default_factory=dict)  # SGLANG_* variables; the process environment fills gaps
+    # generation model
+    decode_tokens_per_s: float = 0.0  # aggregate at a full batch; 0 = instant
+    mean_output_tokens: int = 1500
+    seed: int = 0
+    default_max_running_requests: int = 256  # the capacity SGLang would compute from memory when unset
+    max_mamba_cache_size: int = 1024
+    batch_half: float | None = None  # per-request speed ∝ 1/(batch + batch_half); None = max_running/4
+    spec_accept_length: float | None = None  # mean accept length; None = 1 + 0.6 * (draft tokens - 1)
+    stream_chunk_tokens: int = 8  # tokens per SSE chunk when generation is instant
+    stream_interval_s: float = 0.02  # how often a timed stream flushes new tokens
+    old_stream_shape: bool = False  # the 0.5.9 chunk shape (usage: null on every chunk); implied by version 0.5.9
+    # lifecycle
+    slow_start_s: float = 0.0  # port closed (connection refused) this long, as while SGLang loads weights
+    warmup_s: float = 0.0  # then /health answers 503 this long
+    health_delay_s: float = 0.0  # /health's own latency (real SGLang: ≥1 s for its 1-token generation)
+    drain_timeout_s: float = 60.0  # SIGTERM: longest wait for in-flight requests
+    # faults: probabilities per generation request, drawn from (seed, prompt, attempt)
+    p_500: float = 0.0
+    p_503: float = 0.0
+    p_reset: float = 0.0
+    p_hang: float = 0.0
+    p_empty: float = 0.0
+    p_answer_in_reasoning: float = 0.0
+    p_invalid_json: float = 0.0
+    die_after: int | None = None  # stop serving after N generation responses
+    host: str = "127.0.0.1"
+    port: int = 0
+    launch_argv: tuple[str, ...] = ()
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> SimConfig:
+        """Parse `regen sim` flags. Flags the simulated version does not have raise SimStartupError (argparse kind)."""
+        parser = argparse.ArgumentParser(prog="regen sim", add_help=False)
+        add_arguments(parser)
+        ns = parser.parse_args(list(argv))
+        return _from_namespace(ns, tuple(argv))
+
+    def server_args(self) -> dict[str, Any]:
+        """The launch args in server_args names, as `args.resolve` takes them."""
+        return {name: getattr(self, name) for name in SERVER_ARG_FIELDS}
+
+    def replace(self, **changes: Any) -> SimConfig:
+        return dataclasses.replace(self, **changes)
+
+
+_FAULT_FLAGS = (
+    ("--fail-500", "p_500", "probability of an HTTP 500 (InternalServerError) before generating"),
+    ("--fail-503", "p_503", "probability of an HTTP 503 'The request queue is full.' before generating"),
+    ("--fail-reset", "p_reset", "probability of a connection reset in the middle of the response body"),
+    ("--fail-hang", "p_hang", "probability of accepting the request and never answering"),
+    ("--fail-empty", "p_empty", "probability of an empty completion (no content, no reasoning, finish stop)"),
+    (
+        "--fail-answer-in-reasoning",
+        "p_answer_in_reasoning",
+        "probability that the answer stays inside the think block (content empty, finish stop)",
+    ),
+    ("--fail-invalid-json", "p_invalid_json", "probability of a 200 whose body is not valid JSON"),
+)
+
+
+def _bool_flag(parser: argparse._ActionsContainer, flag: str, help_text: str) -> None:
+    parser.add_argument(flag, action="store_true", default=None, help=help_text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every `regen sim` flag: SGLang launch flags (SGLang spellings), simulator knobs and fault knobs."""
+    g = parser.add_argument_group("SGLang launch flags (reported by /server_info after version-specific resolution)")
+    g.add_argument("--model-path", help="model to pretend to serve (default Qwen/Qwen3.6-27B, a hybrid-mamba arch)")
+    g.add_argument("--served-model-name", help="name in /v1/models and /model_info (default: the model path)")
+    g.add_argument("--context-length", type=int, help="context window in tokens (default by architecture)")
+    g.add_argument("--max-running-requests", type=int, help="requests decoding at once; the rest wait in a queue")
+    g.add_argument("--max-queued-requests", type=int, help="queue bound; beyond it 503 'The request queue is full.'")
+    g.add_argument("--reasoning-parser", help="e.g. qwen3: split <think>…</think> into reasoning_content")
+    g.add_argument("--speculative-algorithm", choices=SPEC_ALGORITHMS, help="enable speculative decoding")
+    g.add_argument("--speculative-num-steps", type=int, help="draft steps (auto when unset)")
+    g.add_argument("--speculative-eagle-topk", type=int, help="EAGLE top-k (auto when unset)")
+    g.add_argument("--speculative-num-draft-tokens", type=int, help="draft tokens (forced to steps+1 at topk 1)")
+    g.add_argument(
+        "--mamba-scheduler-strategy", choices=MAMBA_STRATEGIES, help="mamba cache strategy, 0.5.9–0.5.19 name"
+    )
+    g.add_argument("--mamba-radix-cache-strategy", choices=MAMBA_STRATEGIES, help="mamba cache strategy, ≥0.5.14 name")
+    _bool_flag(g, "--disable-radix-cache", "turn the prefix (radix) cache off")
+    _bool_flag(g, "--disable-overlap-schedule", "turn the overlap scheduler off")
+    g.add_argument("--page-size", type=int, help="KV page size (default 1)")
+    g.add_argument("--attention-backend", help="attention backend name (reported only)")
+    _bool_flag(g, "--enable-cache-report", "report usage.prompt_tokens_details.cached_tokens")
+    g.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (401 otherwise; /health exempt)")
+    _bool_flag(g, "--enable-metrics", "serve Prometheus /metrics")
+    g.add_argument("--tp-size", "--tp", type=int, help="tensor parallel size (reported only)")
+    g.add_argument("--host", help="bind address (default 127.0.0.1)")
+    g.add_argument("--port", type=int, help="port (default 0: pick a free one; the URL is the first stdout line)")
+    s = parser.add_argument_group("simulator")
+    s.add_argument("--sim-version", choices=VERSIONS, help="SGLang version to emulate (default 0.5.23)")
+    s.add_argument("--sim-architecture", help="HF architecture to pretend (default: derived from --model-path)")
+    s.add_argument("--decode-rate", type=float, help="aggregate decode tokens/s at a full batch (default 0: instant)")
+    s.add_argument("--mean-output-tokens", type=int, help="mean completion length before max_tokens (default 1500)")
+    s.add_argument("--seed", type=int, help="seed for output lengths, text and faults (default 0)")
+    s.add_argument("--max-mamba-cache-size", type=int, help="mamba cache slots; caps hybrid-model concurrency")
+    s.add_argument("--spec-accept-length", type=float, help="mean speculative accept length")
+    _bool_flag(s, "--old-stream-shape", "emit the 0.5.9 SSE chunk shape (usage: null on every chunk)")
+    s.add_argument("--slow-start", type=float, help="seconds the port stays closed, as while loading weights")
+    s.add_argument("--warmup", type=float, help="seconds /health answers 503 after the port opens")
+    s.add_argument("--health-delay", type=float, help="seconds /health takes (real SGLang: ≥1)")
+    f = parser.add_argument_group("faults (probabilities per generation request; deterministic under --seed)")
+    for flag, _field, help_text in _FAULT_FLAGS:
+        f.add_argument(flag, type=float, metavar="P", help=help_text)
+    f.add_argument("--die-after", type=int, metavar="N", help="stop serving (exit) after N generation responses")
+    parser.set_defaults(_sim_parser=parser)
+
+
+_NS_TO_FIELD = {
+    "sim_version": "version",
+    "sim_architecture": "architecture",
+    "decode_rate": "decode_tokens_per_s",
+    "slow_start": "slow_start_s",
+    "warmup": "warmup_s",
+    "health_delay": "health_delay_s",
+    **{flag[2:].replace("-", "_"): name for flag, name, _help in _FAULT_FLAGS},
+}
+
+
+def _from_namespace(ns: argparse.Namespace, argv: tuple[str, ...] = ()) -> SimConfig:
+    known = {f.name for f in dataclasses.fields(SimConfig)}
+    values: dict[str, Any] = {}
+    for key, value in vars(ns).items():
+        name = _NS_TO_FIELD.get(key, key)
+        if value is not None and name in known:
+            values[name] = value
+    config = SimConfig(**values, launch_argv=argv)
+    check_flags(config.server_args(), config.version)
+    return config
+
+
+def config_from_args(ns: argparse.Namespace) -> SimConfig:
+    """The SimConfig for parsed `regen sim` flags; a flag the simulated version lacks is an argparse error."""
+    try:
+        return _from_namespace(ns)
+    except SimStartupError as exc:
+        parser = getattr(ns, "_sim_parser", None)
+        if parser is None:
+            raise
+        parser.error(exc.message)
+        raise  # unreachable: parser.error exits

@@ -1,0 +1,59 @@
+"""Fault injection, deterministic under the server seed.
+
+A request's fault is drawn from (server seed, prompt key, how many times this prompt has been requested), never
+from wall time or arrival order: the same run of the same client meets the same faults, and a retry of a prompt
+draws afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .text import digest
+
+# Kinds, in the order their probabilities are stacked on [0, 1).
+KINDS = ("500", "503", "reset", "hang", "empty", "answer_in_reasoning", "invalid_json")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    seed: int
+    p_500: float = 0.0
+    p_503: float = 0.0
+    p_reset: float = 0.0
+    p_hang: float = 0.0
+    p_empty: float = 0.0
+    p_answer_in_reasoning: float = 0.0
+    p_invalid_json: float = 0.0
+
+    def __post_init__(self) -> None:
+        probs = self.probabilities()
+        if any(p < 0 or p > 1 for p in probs) or sum(probs) > 1 + 1e-9:
+            raise ValueError(f"fault probabilities must be in [0, 1] and sum to at most 1, got {probs}")
+
+    def probabilities(self) -> tuple[float, ...]:
+        return (
+            self.p_500,
+            self.p_503,
+            self.p_reset,
+            self.p_hang,
+            self.p_empty,
+            self.p_answer_in_reasoning,
+            self.p_invalid_json,
+        )
+
+    @property
+    def active(self) -> bool:
+        return any(self.probabilities())
+
+    def draw(self, key: str, attempt: int) -> str | None:
+        """The fault for the `attempt`-th request (0-based) of prompt `key`, or None."""
+        if not self.active:
+            return None
+        u = (digest("fault", self.seed, key, attempt) >> 11) / float(1 << 53)
+        edge = 0.0
+        for kind, p in zip(KINDS, self.probabilities(), strict=True):
+            edge += p
+            if u < edge:
+                return kind
+        return None

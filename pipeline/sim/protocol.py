@@ -1,0 +1,452 @@
+"""SGLang's wire format: request validation and response/chunk bodies for the OpenAI and native routes.
+
+Everything here is pure (no I/O): the server parses a request into a `GenRequest`, decides how many tokens are
+generated, and asks this module for the bytes. Shapes follow shared/SGLANG.md sections 1–3 and 7, per version.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from . import text
+from .text import EOS_TOKEN_ID, THINK_END, Plan
+
+ALWAYS_FORCE_PARSERS = frozenset({"qwen3-thinking", "minimax", "gpt-oss"})
+
+
+class ApiError(Exception):
+    """An error response: HTTP status, message and the SGLang `type` string."""
+
+    def __init__(self, status: int, message: str, type_: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+
+    def body(self) -> dict[str, Any]:
+        return {"object": "error", "message": self.message, "type": self.type, "param": None, "code": self.status}
+
+    def stream_body(self) -> dict[str, Any]:
+        names = {400: "BAD_REQUEST", 500: "INTERNAL_SERVER_ERROR", 503: "SERVICE_UNAVAILABLE"}
+        return {"error": {**self.body(), "type": names.get(self.status, str(self.status))}}
+
+
+def bad_request(detail: str) -> ApiError:
+    """A pydantic/FastAPI validation error, remapped from 422 to 400 (type "Bad Request")."""
+    errors = [detail]
+    return ApiError(400, f"1 validation error:\n  {detail}\n {errors}", "Bad Request")
+
+
+QUEUE_FULL = "The request queue is full."
+
+
+@dataclass(slots=True)
+class GenRequest:
+    """One generation request, whatever the route."""
+
+    route: str  # "chat" | "completions" | "generate"
+    messages: Any  # chat messages, or the prompt / text
+    model: str
+    max_new_tokens: int | None  # None: until EOS or the context limit
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    sampling_key: tuple[Any, ...]
+    rid: str | None
+    thinking: bool  # the model thinks (chat_template_kwargs.enable_thinking, default on)
+    force_reasoning: bool  # the qwen3 parser starts inside reasoning
+    separate_reasoning: bool
+    stream_reasoning: bool
+    force_nonempty_content: bool
+    return_meta_info: bool
+    return_spec_details: bool
+    prompt_tokens: int
+
+
+def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{key}: Input should be a valid number")
+    return float(value)
+
+
+def _int(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"{key}: Input should be a valid integer")
+    return value
+
+
+def check_sampling(body: dict[str, Any]) -> tuple[Any, ...]:
+    """SGLang's sampling-parameter ValueErrors (400 BadRequest); returns the part of the params that shapes output."""
+    temperature = _number(body, "temperature")
+    top_p = _number(body, "top_p")
+    top_k = _number(body, "top_k")
+    min_p = _number(body, "min_p")
+    rep = _number(body, "repetition_penalty")
+    presence = _number(body, "presence_penalty")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ApiError(400, f"top_p must be in (0, 1], got {top_p}.", "BadRequest")
+    if top_k is not None and top_k != -1 and top_k < 1:
+        raise ApiError(400, f"top_k must be -1 (disable) or at least 1, got {int(top_k)}.", "BadRequest")
+    if min_p is not None and not 0 <= min_p <= 1:
+        raise ApiError(400, f"min_p must be in [0, 1], got {min_p}.", "BadRequest")
+    if rep is not None and not 0 < rep <= 2:
+        raise ApiError(400, f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {rep}.", "BadRequest")
+    if presence is not None and not -2 <= presence <= 2:
+        raise ApiError(400, f"presence_penalty must be in [-2, 2], got {presence}.", "BadRequest")
+    if sum(1 for k in ("json_schema", "regex", "ebnf", "structural_tag") if body.get(k) is not None) > 1:
+        raise ApiError(400, "Only one of json_schema, regex, ebnf, or structural_tag can be set.", "BadRequest")
+    seed = body.get("seed", body.get("sampling_seed"))
+    return (seed, temperature, top_p, top_k, min_p)
+
+
+def check_context(prompt_tokens: int, max_new: int | None, context: int) -> int:
+    """The context-length 400s; returns max_new_tokens after SGLang's silent cap."""
+    if prompt_tokens >= context:
+        raise ApiError(
+            400,
+            f"The input ({prompt_tokens} tokens) is longer than the model's context length ({context} tokens).",
+            "BadRequest",
+        )
+    if max_new is not None and prompt_tokens + max_new > context:
+        raise ApiError(
+            400,
+            f"Requested token count exceeds the model's maximum context length of {context} tokens. You requested "
+            f"a total of {prompt_tokens + max_new} tokens: {prompt_tokens} tokens from the input messages and "
+            f"{max_new} tokens for the completion. Please reduce the number of tokens in the input messages or "
+            "the completion to fit within the limit.",
+            "BadRequest",
+        )
+    room = context - prompt_tokens - 1
+    return room if max_new is None else min(max_new, room)
+
+
+def _check_model(model: str, served: str, version: tuple[int, ...]) -> None:
+    if ":" not in model or model.startswith(served + ":") or (version >= (0, 5, 23) and model == served):
+        return
+    adapter = model.split(":", 1)[1]
+    raise ApiError(
+        400,
+        f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. Please launch the server with "
+        "--enable-lora flag and preload adapters with --lora-paths or /load_lora_adapter endpoint.",
+        "BadRequest",
+    )
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list):
+        raise bad_request("messages: Input should be a valid list")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad_request(f"messages.{i}: Input should be a valid dictionary with a 'role'")
+
+
+def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | None, v: tuple[int, ...]) -> GenRequest:
+    messages = body.get("messages")
+    _check_messages(messages)
+    if not messages:
+        raise ApiError(400, "Messages cannot be empty.")
+    max_completion = _int(body, "max_completion_tokens")
+    max_tokens = _int(body, "max_tokens")
+    max_new = max_completion or max_tokens  # 0 is falsy: treated as unset, like SGLang
+    if max_new is not None and max_new < 0:
+        raise ApiError(400, f"max_new_tokens must be at least 0, got {max_new}.", "BadRequest")
+    if max_new is not None and max_new > context:
+        raise ApiError(
+            400,
+            f"max_completion_tokens is too large: {max_new}.This model supports at most {context} completion tokens.",
+        )
+    model = str(body.get("model") or "default")
+    _check_model(model, served, v)
+    sampling = check_sampling(body)
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    effort, reasoning = body.get("reasoning_effort"), body.get("reasoning")
+    if effort is not None:
+        kwargs.setdefault("enable_thinking", effort != "none")
+    if isinstance(reasoning, dict) and reasoning.get("enabled") is not None:
+        kwargs.setdefault("enable_thinking", bool(reasoning["enabled"]))
+    enable_thinking = kwargs.get("enable_thinking")
+    stream_options = body.get("stream_options") or {}
+    prompt_tokens = text.count_prompt_tokens(messages)
+    return GenRequest(
+        route="chat",
+        messages=messages,
+        model=model,
+        max_new_tokens=check_context(prompt_tokens, max_new, context),
+        stream=bool(body.get("stream")),
+        include_usage=bool(stream_options.get("include_usage")),
+        continuous_usage=bool(stream_options.get("continuous_usage_stats")),
+        sampling_key=sampling,
+        rid=_rid(body),
+        thinking=enable_thinking is not False,
+        force_reasoning=parser is not None and (parser in ALWAYS_FORCE_PARSERS or enable_thinking is not False),
+        separate_reasoning=parser is not None and body.get("separate_reasoning", True) is not False,
+        stream_reasoning=body.get("stream_reasoning", True) is not False,
+        force_nonempty_content=bool(kwargs.get("force_nonempty_content")) and v >= (0, 5, 23),
+        return_meta_info=bool(body.get("return_meta_info")) and v >= (0, 5, 14),
+        return_spec_details=bool(body.get("return_spec_tokens_details")) and v >= (0, 5, 19),
+        prompt_tokens=prompt_tokens,
+    )
+
+
+def _rid(body: dict[str, Any]) -> str | None:
+    rid = body.get("rid")
+    if isinstance(rid, list):
+        rid = rid[0] if rid else None
+    return None if rid is None else str(rid)
+
+
+def parse_completion(body: dict[str, Any], context: int) -> GenRequest:
+    prompt = body.get("prompt")
+    if prompt is None or prompt == "" or prompt == []:
+        raise ApiError(400, "Prompt cannot be empty")
+    max_tokens = body.get("max_tokens", 16)
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens <= 0):
+        raise bad_request("max_tokens must be positive")
+    prompt_tokens = len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else 0
+    prompt_tokens = prompt_tokens or text.count_prompt_tokens(prompt if isinstance(prompt, str) else str(prompt))
+    stream_options = body.get("stream_options") or {}
+    return GenRequest(
+        route="completions",
+        messages={"prompt": prompt},
+        model=str(body.get("model") or "default"),
+        max_new_tokens=check_context(prompt_tokens, max_tokens, context),
+        stream=bool(body.get("stream")),
+        include_usage=bool(stream_options.get("include_usage")),
+        continuous_usage=False,
+        sampling_key=check_sampling(body),
+        rid=_rid(body),
+        thinking=False,
+        force_reasoning=False,
+        separate_reasoning=False,
+        stream_reasoning=False,
+        force_nonempty_content=False,
+        return_meta_info=False,
+        return_spec_details=False,
+        prompt_tokens=prompt_tokens,
+    )
+
+
+def parse_generate(body: dict[str, Any], context: int) -> GenRequest:
+    prompt = body.get("text", body.get("input_ids"))
+    if prompt is None:
+        raise ApiError(400, "Either text, input_ids or input_embeds should be provided.")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise ApiError(400, "sampling_params must be a dict")
+    max_new = params.get("max_new_tokens", 128)
+    if max_new is not None and (not isinstance(max_new, int) or max_new < 0):
+        raise ApiError(400, f"max_new_tokens must be at least 0, got {max_new}.")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        prompt_tokens = len(prompt)
+    else:
+        prompt_tokens = text.count_prompt_tokens(str(prompt))
+    return GenRequest(
+        route="generate",
+        messages={"text": prompt},
+        model="default",
+        max_new_tokens=check_context(prompt_tokens, max_new, context),
+        stream=bool(body.get("stream")),
+        include_usage=False,
+        continuous_usage=False,
+        sampling_key=check_sampling(params),
+        rid=_rid(body),
+        thinking=False,
+        force_reasoning=False,
+        separate_reasoning=False,
+        stream_reasoning=False,
+        force_nonempty_content=False,
+        return_meta_info=False,
+        return_spec_details=False,
+        prompt_tokens=prompt_tokens,
+    )
+
+
+# -- outputs ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What was generated: the plan, how many tokens, and why it stopped."""
+
+    plan: Plan
+    tokens: int
+    finish: str  # stop | length | abort
+
+    @property
+    def matched_stop(self) -> int | None:
+        return EOS_TOKEN_ID if self.finish == "stop" else None
+
+
+def split(req: GenRequest, plan: Plan, tokens: int) -> tuple[str | None, str]:
+    """(reasoning_content, content) for the first `tokens` tokens, under the request's parser semantics."""
+    reasoning, content, closed = text.raw_prefix(plan, tokens)
+    if not req.separate_reasoning:
+        return None, reasoning + (THINK_END if closed else "") + content
+    if not plan.thinking and req.force_reasoning:
+        reasoning, content = content, ""  # force mode with no </think>: everything is "truncated reasoning"
+    return (reasoning or None), content
+
+
+def reasoning_tokens(req: GenRequest, outcome: Outcome, v: tuple[int, ...]) -> int:
+    if v < (0, 5, 10) or not req.separate_reasoning or not req.force_reasoning:
+        return 0
+    plan = outcome.plan
+    through_end = plan.reasoning_tokens + (0 if plan.answer_in_reasoning else 1)
+    return min(outcome.tokens, through_end) if plan.thinking else outcome.tokens
+
+
+def usage(req: GenRequest, outcome: Outcome, v: tuple[int, ...], cached: int | None) -> dict[str, Any]:
+    rt = reasoning_tokens(req, outcome, v)
+    body: dict[str, Any] = {
+        "prompt_tokens": req.prompt_tokens,
+        "total_tokens": req.prompt_tokens + outcome.tokens,
+        "completion_tokens": outcome.tokens,
+        "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
+        "reasoning_tokens": rt,
+    }
+    if v > (0, 5, 9):
+        body["completion_tokens_details"] = {"reasoning_tokens": rt} if rt > 0 and v > (0, 5, 19) else None
+    return body
+
+
+def new_id(req: GenRequest) -> str:
+    return req.rid if req.rid is not None else uuid.uuid4().hex
+
+
+def chat_message(req: GenRequest, outcome: Outcome, v: tuple[int, ...]) -> dict[str, Any]:
+    reasoning, content = split(req, outcome.plan, outcome.tokens)
+    if req.force_nonempty_content and not content and reasoning:
+        content, reasoning = reasoning, None
+    shown: str | None = content
+    if not content and (0, 5, 10) <= v < (0, 5, 12):
+        shown = None  # 0.5.10.post1 returns null for an empty content
+    return {"role": "assistant", "content": shown, "reasoning_content": reasoning}
+
+
+def chat_response(
+    req: GenRequest, outcome: Outcome, rid: str, created: int, v: tuple[int, ...], extras: dict[str, Any]
+) -> bytes:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": chat_message(req, outcome, v),
+        "logprobs": None,
+        "finish_reason": outcome.finish,
+        "matched_stop": outcome.matched_stop,
+    }
+    if req.return_meta_info:
+        choice["meta_info"] = extras.get("meta_info")
+    body: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": req.model,
+        "choices": [choice],
+        "usage": extras["usage"],
+        "metadata": {"weight_version": "default"},
+    }
+    if req.return_spec_details and extras.get("spec") is not None:
+        body["sglext"] = {"spec_tokens_details": extras["spec"]}
+    return orjson.dumps(body)
+
+
+def completion_response(req: GenRequest, outcome: Outcome, rid: str, created: int, usage_: dict[str, Any]) -> bytes:
+    _, content = split(req, outcome.plan, outcome.tokens)
+    choice = {
+        "index": 0,
+        "text": content,
+        "logprobs": None,
+        "finish_reason": outcome.finish,
+        "matched_stop": outcome.matched_stop,
+    }
+    body = {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": req.model,
+        "choices": [choice],
+        "usage": usage_,
+        "metadata": {"weight_version": "default"},
+    }
+    return orjson.dumps(body)
+
+
+def finish_object(outcome: Outcome) -> dict[str, Any] | None:
+    if outcome.finish == "stop":
+        return {"type": "stop", "matched": EOS_TOKEN_ID}
+    if outcome.finish == "length":
+        return {"type": "length", "length": outcome.tokens}
+    return {"type": "abort", "message": "Abort before prefill" if outcome.tokens == 0 else "Abort in waiting queue"}
+
+
+def output_ids(seed: int, tokens: int) -> list[int]:
+    return [(seed + 7919 * i) % 150000 for i in range(tokens)]
+
+
+# -- SSE ----------------------------------------------------------------------------------------------------------
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+class ChatChunks:
+    """Builds the chat SSE events in 0.5.23 order (role, reasoning, content, finish, usage) or the 0.5.9 shape."""
+
+    def __init__(self, req: GenRequest, rid: str, created: int, old_shape: bool) -> None:
+        self.req, self.rid, self.created, self.old = req, rid, created, old_shape
+        self.sent_reasoning = ""
+        self.sent_content = ""
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> dict[str, Any]:
+        if self.old:
+            delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None, **delta}
+        chunk: dict[str, Any] = {
+            "id": self.rid,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.req.model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+            ],
+        }
+        if self.old:
+            chunk["usage"] = None
+        return chunk
+
+    def role(self) -> bytes:
+        return sse(self._chunk({"role": "assistant", "content": "", "reasoning_content": None}))
+
+    def deltas(self, plan: Plan, tokens: int, final: bool) -> bytes:
+        """Events for everything generated up to `tokens` not yet sent (reasoning held back if not streamed)."""
+        reasoning, content = split(self.req, plan, tokens)
+        reasoning = reasoning or ""
+        out = b""
+        hold = not self.req.stream_reasoning and not content and not final
+        if len(reasoning) > len(self.sent_reasoning) and not hold:
+            out += sse(self._chunk({"reasoning_content": reasoning[len(self.sent_reasoning) :]}))
+            self.sent_reasoning = reasoning
+        if len(content) > len(self.sent_content):
+            delta = {"reasoning_content": None, "content": content[len(self.sent_content) :]}
+            out += sse(self._chunk(delta))
+            self.sent_content = content
+        return out
+
+    def finish(self, outcome: Outcome) -> bytes:
+        return sse(self._chunk({"reasoning_content": None}, outcome.finish, outcome.matched_stop))
+
+    def usage(self, usage_: dict[str, Any]) -> bytes:
+        body = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.req.model}
+        return sse({**body, "choices": [], "usage": usage_})

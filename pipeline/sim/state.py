@@ -1,0 +1,293 @@
+"""`Sim`: one simulated SGLang server's state (resolved args, engine, faults, stats, lifecycle) and its info views.
+
+The HTTP layer (`server.py`) owns sockets and routes; this module owns what `/server_info`, `/model_info`,
+`/v1/models`, `/v1/loads` and `/metrics` report, so those views stay consistent with each other.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from . import text
+from .args import (
+    architecture_of,
+    default_context_length,
+    effective_max_running,
+    reported_version,
+    resolve,
+    version_tuple,
+)
+from .config import SimConfig
+from .engine import Engine, Job
+from .faults import FaultPlan
+from .stats import Stats
+
+MAX_TOTAL_NUM_TOKENS = 1_048_576
+
+
+class Sim:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.env = {**os.environ, **config.env}
+        resolved = resolve(config.server_args(), config.version, self.env)
+        self.warnings: list[str] = resolved.pop("_warnings", [])
+        self.arch = str(resolved.pop("architecture") or architecture_of(config.model_path))
+        self.resolved = resolved
+        self.v = version_tuple(config.version)
+        self.context = int(resolved.get("context_length") or default_context_length(self.arch))
+        self.served = str(resolved["served_model_name"])
+        self.max_running = effective_max_running(
+            resolved, self.arch, config.default_max_running_requests, config.max_mamba_cache_size
+        )
+        self.engine: Engine | None = None
+        if config.decode_tokens_per_s > 0:
+            self.engine = Engine(
+                max_running=self.max_running,
+                decode_tokens_per_s=config.decode_tokens_per_s,
+                max_queued=resolved.get("max_queued_requests"),
+                batch_half=config.batch_half,
+            )
+        self.faults = FaultPlan(
+            seed=config.seed,
+            p_500=config.p_500,
+            p_503=config.p_503,
+            p_reset=config.p_reset,
+            p_hang=config.p_hang,
+            p_empty=config.p_empty,
+            p_answer_in_reasoning=config.p_answer_in_reasoning,
+            p_invalid_json=config.p_invalid_json,
+        )
+        self.stats = Stats()
+        self.old_shape = config.old_stream_shape or self.v < (0, 5, 10)
+        self.spec = resolved.get("speculative_algorithm")
+        self.spec_tokens = 0
+        self.spec_verify = 0
+        self.started = time.time()
+        self.port = config.port
+        self.listening_at: float | None = None  # monotonic time the port opened
+        self.draining = False
+        self.dead = False
+        self.rids: dict[str, Job | None] = {}
+        self.aborted_rids: set[str] = set()
+        self.seen_prompts: set[str] = set()
+        self.on_die: Callable[[], None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def healthy(self) -> bool:
+        if self.draining or self.dead or self.listening_at is None:
+            return False
+        return time.monotonic() >= self.listening_at + self.config.warmup_s
+
+    def count_response(self) -> None:
+        self.stats.responses += 1
+        limit = self.config.die_after
+        if limit is not None and self.stats.responses >= limit and not self.dead:
+            self.dead = True
+            if self.on_die is not None:
+                self.on_die()
+
+    def log(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    # -- per request helpers ------------------------------------------------------------------------------------
+    def cached_tokens(self, key: str, prompt_tokens: int) -> int | None:
+        if not self.resolved.get("enable_cache_report"):
+            return None
+        if self.resolved.get("disable_radix_cache") or key not in self.seen_prompts:
+            self.seen_prompts.add(key)
+            return 0
+        return max(0, prompt_tokens - 1)
+
+    def spec_details(self, seed: int, tokens: int) -> dict[str, Any] | None:
+        """Per-request speculative stats with SGLang's key names for the simulated version."""
+        if not self.spec or tokens <= 0:
+            return None
+        draft = int(self.resolved.get("speculative_num_draft_tokens") or 4)
+        mean = self.config.spec_accept_length or 1 + 0.6 * (draft - 1)
+        jitter = ((seed >> 20) % 1000) / 1000 - 0.5
+        accept = min(float(draft), max(1.0, mean + 0.6 * jitter))
+        verify = max(1, math.ceil(tokens / accept))
+        self.spec_tokens += tokens
+        self.spec_verify += verify
+        correct = tokens - verify
+        rate = correct / (verify * (draft - 1)) if draft > 1 else 0.0
+        if self.v < (0, 5, 10):
+            return {
+                "spec_accept_rate": rate,
+                "spec_accept_length": tokens / verify,
+                "spec_accept_token_num": correct,
+                "spec_draft_token_num": verify * (draft - 1),
+                "spec_verify_ct": verify,
+                "spec_accept_histogram": None,
+            }
+        return {
+            "spec_verify_ct": verify,
+            "spec_accept_length": tokens / verify,
+            "spec_accept_rate": rate,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": verify * (draft - 1),
+            "spec_correct_drafts_histogram": None,
+        }
+
+    def avg_accept_length(self) -> float:
+        return self.spec_tokens / self.spec_verify if self.spec_verify else 0.0
+
+    # -- views --------------------------------------------------------------------------------------------------
+    def running_waiting(self) -> tuple[int, int]:
+        if self.engine is None:
+            return self.stats.in_flight, 0
+        return self.engine.num_running, self.engine.num_waiting
+
+    def throughput(self) -> float:
+        return self.engine.throughput() if self.engine is not None else 0.0
+
+    def internal_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "last_gen_throughput": self.throughput(),
+            "effective_max_running_requests_per_dp": self.max_running,
+            "memory_usage": {"weight": 51.2, "kvcache": 18.4, "token_capacity": MAX_TOTAL_NUM_TOKENS, "graph": 1.1},
+            "world_size": self.resolved.get("tp_size") or 1,
+            "startup_time": self.started,
+        }
+        if self.spec:
+            state["avg_spec_accept_length"] = self.avg_accept_length()
+        return state
+
+    def server_info(self) -> dict[str, Any]:
+        args = {k: v for k, v in self.resolved.items() if not k.startswith("_")}
+        args.update(
+            host=self.config.host,
+            port=self.port,
+            tokenizer_path=self.config.model_path,
+            dp_size=1,
+            pp_size=1,
+            api_key=None,  # never echoed by the simulator
+            chunked_prefill_size=8192,
+            mem_fraction_static=0.85,
+            max_total_tokens=None,
+            random_seed=self.config.seed,
+            stream_interval=1,
+            tool_call_parser=None,
+            mamba_track_interval=self.resolved.get("mamba_track_interval", 256),
+        )
+        if self.v >= (0, 5, 14):
+            args["linear_attn_backend"] = "triton"
+        info: dict[str, Any] = {
+            **args,
+            "status": "ready",
+            "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS,
+            "max_req_input_len": self.context - 1,
+            "startup_time": self.started,
+            "internal_states": [self.internal_state()],
+            "version": reported_version(self.config.version),
+        }
+        if self.v >= (0, 5, 23):
+            info.update(launch_command=self.launch_command(), kv_events=None, frontend="python")
+        return info
+
+    def launch_command(self) -> str:
+        argv = list(self.config.launch_argv)
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--api-key":
+                argv[i + 1] = "***"
+        return " ".join(["python3", "-m", "sglang.launch_server", *argv])
+
+    def model_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "model_path": self.config.model_path,
+            "tokenizer_path": self.config.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "qwen3_5" if "Qwen3_5" in self.arch else "qwen3",
+            "architectures": [self.arch],
+        }
+        if self.v >= (0, 5, 10):
+            info.update(
+                served_model_name=self.served,
+                load_format="auto",
+                reasoning_parser=self.resolved.get("reasoning_parser"),
+                tool_call_parser=None,
+                disaggregation_mode="null",
+            )
+        return info
+
+    def model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.served,
+            "object": "model",
+            "created": int(self.started),
+            "owned_by": "sglang",
+            "root": self.served,
+            "parent": None,
+            "max_model_len": self.context,
+        }
+
+    def loads(self) -> dict[str, Any]:
+        running, waiting = self.running_waiting()
+        load: dict[str, Any] = {
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": waiting,
+            "num_used_tokens": 0,
+            "num_total_tokens": MAX_TOTAL_NUM_TOKENS,
+            "max_running_requests": self.max_running,
+            "token_usage": 0.0,
+            "gen_throughput": self.throughput(),
+            "cache_hit_rate": 0.0,
+            "utilization": running / self.max_running,
+            "queues": {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},
+        }
+        if self.spec:
+            load["speculative"] = {"accept_length": self.avg_accept_length(), "accept_rate": 0.0}
+        return {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": reported_version(self.config.version),
+            "accelerator": "cuda",
+            "num_accelerators": self.resolved.get("tp_size") or 1,
+            "loads": [load],
+        }
+
+    def metrics(self) -> str:
+        running, waiting = self.running_waiting()
+        label = f'{{model_name="{self.served}"}}'
+        gauges = {
+            "num_running_reqs": running,
+            "num_queue_reqs": waiting,
+            "num_grammar_queue_reqs": 0,
+            "gen_throughput": self.throughput(),
+            "token_usage": 0.0,
+            "num_used_tokens": 0,
+            "cache_hit_rate": 0.0,
+            "spec_accept_length": self.avg_accept_length(),
+            "spec_accept_rate": 0.0,
+            "num_retracted_reqs": 0,
+            "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS,
+            "context_len": self.context,
+            "utilization": running / self.max_running,
+        }
+        counters = {
+            "prompt_tokens_total": self.stats.prompt_tokens_total,
+            "generation_tokens_total": self.stats.generation_tokens_total,
+            "cached_tokens_total": 0,
+            "num_requests_total": self.stats.requests,
+            "num_aborted_requests_total": self.stats.cancelled,
+            "spec_verify_calls_total": self.spec_verify,
+        }
+        lines: list[str] = []
+        for name, value in gauges.items():
+            lines += [f"# HELP sglang:{name} {name}", f"# TYPE sglang:{name} gauge", f"sglang:{name}{label} {value}"]
+        for name, value in counters.items():
+            lines += [f"# HELP sglang:{name} {name}", f"# TYPE sglang:{name} counter", f"sglang:{name}{label} {value}"]
+        return "\n".join(lines) + "\n"
+
+    def plan_seed(self, messages: Any, sampling_key: tuple[Any, ...]) -> int:
+        return text.digest(messages, sampling_key, self.config.seed)

@@ -1,0 +1,73 @@
+"""What the simulator counts, for `GET /_sim/stats`, `/metrics` and the tests that measure wasted work.
+
+A *generation* is a decode that ran to its end (a finished or length-capped completion, including ones whose
+response was then broken by a reset or invalid-JSON fault: the GPU did the work). Requests whose `rid` starts
+with `regen-probe-` are preflight probes: counted apart, never as generations of a prompt.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+PROBE_PREFIX = "regen-probe-"
+
+
+def is_probe(rid: str | None) -> bool:
+    return rid is not None and rid.startswith(PROBE_PREFIX)
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0  # generation-route requests received (probes included)
+        self.probe_requests = 0
+        self.probe_generations = 0
+        self.in_flight = 0
+        self.responses = 0  # generation-route responses sent, any status
+        self.generations: Counter[str] = Counter()  # prompt key → completed generations
+        self.generations_by_rid: Counter[str] = Counter()
+        self.attempts: Counter[str] = Counter()  # prompt key → requests received (drives fault draws)
+        self.cancelled = 0  # decodes stopped early: client gone or /abort_request
+        self.faults: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()  # status → count of error responses the protocol itself gave
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    def received(self, key: str, rid: str | None) -> int:
+        """Count a request; returns its attempt number for this prompt (0-based)."""
+        self.requests += 1
+        if is_probe(rid):
+            self.probe_requests += 1
+        attempt = self.attempts[key]
+        self.attempts[key] = attempt + 1
+        return attempt
+
+    def generated(self, key: str, rid: str | None, prompt_tokens: int, tokens: int) -> None:
+        self.prompt_tokens_total += prompt_tokens
+        self.generation_tokens_total += tokens
+        if is_probe(rid):
+            self.probe_generations += 1
+            return
+        self.generations[key] += 1
+        if rid is not None:
+            self.generations_by_rid[rid] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "in_flight": self.in_flight,
+            "responses": self.responses,
+            "generations_total": sum(self.generations.values()),
+            "generations": dict(self.generations),
+            "generations_by_rid": dict(self.generations_by_rid),
+            "duplicate_generations": sum(n - 1 for n in self.generations.values() if n > 1),
+            "probes": {"requests": self.probe_requests, "generations": self.probe_generations},
+            "cancelled": self.cancelled,
+            "faults": dict(self.faults),
+            "errors": dict(self.errors),
+            "prompt_tokens_total": self.prompt_tokens_total,
+            "generation_tokens_total": self.generation_tokens_total,
+        }
