@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import aiohttp  # noqa: E402
-import orjson  # noqa: E402
+import aiohttp
+import orjson
 
-from pipeline.sim import SimConfig, serve  # noqa: E402
+from pipeline.sim import SimConfig, serve
 
 
 async def _client(url: str, seconds: float, concurrency: int, max_tokens: int) -> tuple[int, int]:
@@ -63,8 +63,8 @@ async def _bench(args: argparse.Namespace) -> float:
         proc = ctx.Process(target=_client_process, args=(url, args.seconds, args.concurrency, args.max_tokens, out))
         proc.start()
         started, cpu0 = time.perf_counter(), time.process_time()
-        while proc.is_alive():  # keep serving on this loop while the client runs
-            await asyncio.sleep(0.05)
+        # keep serving on this loop while the client process runs
+        await asyncio.get_running_loop().run_in_executor(None, proc.join)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
         done, errors = out.get()
     rate = done / args.seconds
