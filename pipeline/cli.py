@@ -38,6 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
 
+    p = sub.add_parser("preflight", help="check endpoints against [expect] before spending GPU time", epilog=EPILOG)
+    p.add_argument("config", help="TOML config file")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL", help="check these instead")
+    p.add_argument("--no-probe", action="store_true", help="skip the live thinking probe")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("launch", help="start the SGLang server a config expects, then preflight it", epilog=EPILOG)
+    p.add_argument("config", help="TOML config file")
+    p.add_argument("--dry-run", action="store_true", help="print the argv and write the script; start nothing")
+    p.add_argument("--script", type=Path, default=Path("launch.sh"), metavar="FILE", help="default ./launch.sh")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+
     p = sub.add_parser("status", help="progress of a RUN_DIR (works while it runs)")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true")
@@ -129,6 +142,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from .preflight import format_preflight, preflight
+
+    cfg = load_config(args.config, args.set)
+    result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe))
+    _print_json(result) if args.json else print(format_preflight(result))
+    return 0 if result["ok"] else 1
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from .launch import format_launch, launch
+
+    result = asyncio.run(launch(load_config(args.config, args.set), dry_run=args.dry_run, script=args.script))
+    print(format_launch(result))
+    return 0 if result["ok"] else 1
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from .inspection import format_status, run_status
 
@@ -201,6 +231,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "preflight": cmd_preflight,
+    "launch": cmd_launch,
     "status": cmd_status,
     "inspect": cmd_inspect,
     "validate": cmd_validate,

@@ -206,6 +206,19 @@ class EndpointClient:
             spec_accept_length=parsed.get("spec_accept_length"),
         )
 
+    async def check_health(self, timeout_s: float = 10.0) -> None:
+        """GET /health and require a 200; the body is not read as JSON (sglang-router answers plain "OK")."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.get(f"{self.url}/health") as resp:
+                    raw = await resp.read()
+                    if resp.status != 200:
+                        _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
+        except RequestError:
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_transport(exc, self.url) from exc
+
     async def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
         """A small control-plane GET (health, server_info, loads)."""
         try:

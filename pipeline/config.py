@@ -71,13 +71,15 @@ class ClientConfig:
     health_interval_s: float = 10.0  # /health probe of every live endpoint (catches hung servers)
     health_timeout_s: float = 20.0  # SGLang's /health runs a 1-token generation: give it time under load
     health_failures: int = 3  # consecutive failed probes before an endpoint is declared down
+    recheck_interval_s: float = 60.0  # re-read each endpoint's /server_info: a restart with other args retires it
+    no_endpoint_timeout_s: float = 600.0  # stop (exit 3) when no endpoint has been usable this long
     queue_size: int = 0  # prompts buffered between reader and workers; 0 = 2x total concurrency
 
 
 @dataclass(frozen=True)
 class EndpointConfig:
     url: str = "http://127.0.0.1:30000"
-    concurrency: int = 64
+    concurrency: int = 64  # 0 = from the server's advertised capacity (effective max running requests)
     api_key_env: str = ""
     requests_per_second: float = 0.0
     sim_args: tuple[str, ...] = ()  # for url = "sim": `regen sim` flags of the embedded simulator
@@ -208,7 +210,8 @@ def _check_values(cfg: Config, where: str) -> None:
         "input.batch_rows": cfg.input.batch_rows,
     }
     for i, ep in enumerate(cfg.endpoints):
-        positive[f"endpoints[{i}].concurrency"] = ep.concurrency
+        if ep.concurrency < 0:
+            raise ConfigError(f"{where}: endpoints[{i}].concurrency must be 0 (automatic) or more")
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{where}: {key} must be at least 1, got {value}")

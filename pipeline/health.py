@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from .errors import RegenError
 from .pool import DOWN, DRAINING, RETIRED, EndpointState, Pool
 
-Fingerprint = Callable[[EndpointState], Awaitable[dict[str, Any]]]
+Verify = Callable[[EndpointState], Awaitable[str | None]]  # None: fine; else why it must be retired
 
 
 class HealthMonitor:
@@ -29,7 +28,8 @@ class HealthMonitor:
         interval_s: float = 10.0,
         timeout_s: float = 20.0,
         failures: int = 3,
-        fingerprint: Fingerprint | None = None,
+        verify: Verify | None = None,
+        recheck_interval_s: float = 60.0,
         on_event: Callable[[str], None] = lambda message: None,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -37,10 +37,11 @@ class HealthMonitor:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.failures = failures
-        self.fingerprint = fingerprint
+        self.verify = verify
+        self.recheck_interval_s = recheck_interval_s
+        self._verified: dict[str, float] = {}
         self.on_event = on_event
         self.clock = clock
-        self.expected: dict[str, dict[str, Any]] = {}  # url → fingerprint at admission
         self._last: dict[str, float] = {}
         self._missed: dict[str, int] = {}
 
@@ -62,15 +63,19 @@ class HealthMonitor:
         self._last[ep.url] = self.clock()
         was_down = ep.state == DOWN
         try:
-            await ep.client.get_json("/health", timeout_s=self.timeout_s)
+            await ep.client.check_health(timeout_s=self.timeout_s)
         except RegenError as exc:
             self._failed(ep, f"/health failed: {exc}", was_down)
             return
         self._missed[ep.url] = 0
+        due = self.clock() - self._verified.get(ep.url, self.clock()) >= self.recheck_interval_s
+        if was_down or due:
+            self._verified[ep.url] = self.clock()
+            if not await self._still_valid(ep):
+                return
         if was_down:
-            if await self._same_config(ep):
-                self.pool.mark_up(ep)
-                self.on_event(f"{ep.url}: healthy again, back in the pool")
+            self.pool.mark_up(ep)
+            self.on_event(f"{ep.url}: healthy, in the pool")
             await self.pool.notify()
 
     def _failed(self, ep: EndpointState, why: str, was_down: bool) -> None:
@@ -83,20 +88,18 @@ class HealthMonitor:
             n = self.pool.kill(ep, f"{missed} health probes failed ({why})")
             self.on_event(f"{ep.url}: marked down after {missed} failed health probes; {n} requests moved elsewhere")
 
-    async def _same_config(self, ep: EndpointState) -> bool:
-        """An endpoint coming back may have restarted: compare its server args with those it was admitted on."""
-        if self.fingerprint is None or ep.url not in self.expected:
+    async def _still_valid(self, ep: EndpointState) -> bool:
+        """Re-check the endpoint's configuration (preflight, or its /server_info fingerprint)."""
+        if self.verify is None:
             return True
-        try:
-            now = await self.fingerprint(ep)
-        except RegenError as exc:
-            self.pool.mark_down(ep, f"server_info failed: {exc}")
+        why = await self.verify(ep)
+        if why is None:
+            return True
+        if why == "still unreachable":
+            self.pool.mark_down(ep, why)
             return False
-        before = self.expected[ep.url]
-        changed = {k: (before.get(k), now.get(k)) for k in set(before) | set(now) if before.get(k) != now.get(k)}
-        if not changed:
-            return True
-        detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
-        self.pool.retire(ep, f"restarted with a different configuration ({detail})")
-        self.on_event(f"{ep.url}: removed from the pool: restarted with a different configuration: {detail}")
+        self.pool.retire(ep, why)
+        n = self.pool.kill(ep, why) if ep.tasks else 0
+        self.pool.retire(ep, why)
+        self.on_event(f"{ep.url}: removed from the pool: {why} ({n} requests moved elsewhere)")
         return False

@@ -36,6 +36,9 @@ class EndpointState:
     latencies: list[float] = field(default_factory=list)
     last_error: str = ""
     throttler: Throttler | None = None
+    api_key_env: str = ""
+    auto_capacity: bool = False  # concurrency 0: sized from the server's advertised capacity
+    capacity_source: str = "config"
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)  # requests in flight here
     kills: int = 0  # times the pool declared it dead with requests in flight
 
@@ -190,6 +193,7 @@ class Pool:
                 "state": ep.state,
                 "inflight": ep.inflight,
                 "capacity": ep.capacity,
+                "capacity_source": ep.capacity_source,
                 "ok": ep.ok,
                 "errors": ep.errors,
                 "latency_p50": lat[len(lat) // 2] if lat else None,

@@ -25,6 +25,7 @@ from .client import EndpointClient
 from .config import Config, EndpointConfig, read_endpoints_file
 from .dispatcher import Dispatcher
 from .errors import ConfigError, Interrupted, RegenError
+from .gate import Gate, capacity_of
 from .health import HealthMonitor
 from .manifest import begin_run, read_manifest, write_manifest
 from .metrics import Metrics
@@ -86,6 +87,7 @@ class Runner:
         self.stop = asyncio.Event()
         self.pool: Pool | None = None
         self._stack: AsyncExitStack | None = None
+        self.gate: Gate | None = None
 
     async def main(self) -> RunSummary:
         reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
@@ -119,7 +121,14 @@ class Runner:
             if pending == 0:
                 return self._summary(store, interrupted=False)
             async with self._endpoints() as endpoints:
-                self.pool = Pool(endpoints, max_cooldown_s=self.cfg.client.backoff_max_s)
+                self.pool = Pool(
+                    endpoints,
+                    max_cooldown_s=self.cfg.client.backoff_max_s,
+                    no_endpoint_timeout_s=self.cfg.client.no_endpoint_timeout_s,
+                )
+                self.gate = Gate(self.cfg, self.pool, skip=self.opt.skip_preflight)
+                record = await self.gate.admit_all()
+                self._record_preflight(record)
                 interrupted = await self._engine(reader, state.done, store)
         finally:
             await asyncio.to_thread(store.close)
@@ -161,7 +170,15 @@ class Runner:
             honor_overrides=self.cfg.input.request_overrides,
         )
         await self._stack.enter_async_context(client)
-        return EndpointState(client=client, capacity=ep.concurrency, rps=ep.requests_per_second)
+        capacity, auto = capacity_of(ep)
+        return EndpointState(
+            client=client,
+            capacity=capacity,
+            rps=ep.requests_per_second,
+            api_key_env=ep.api_key_env,
+            auto_capacity=auto,
+            capacity_source="automatic" if auto else "config",
+        )
 
     async def _engine(self, reader: PromptReader, done: DoneSet, store: RunStore) -> bool:
         assert self.pool is not None
@@ -285,15 +302,28 @@ class Runner:
                 await asyncio.to_thread(_append_line, path, orjson.dumps(snap))
 
     def _monitor(self) -> HealthMonitor:
-        assert self.pool is not None
+        assert self.pool is not None and self.gate is not None
         c = self.cfg.client
         return HealthMonitor(
             self.pool,
             interval_s=c.health_interval_s,
             timeout_s=c.health_timeout_s,
             failures=c.health_failures,
+            verify=self.gate.verify,
+            recheck_interval_s=c.recheck_interval_s,
             on_event=self.metrics.record_error,
         )
+
+    def _record_preflight(self, record: dict[str, Any]) -> None:
+        """run.json keeps what preflight saw (server settings for the dataset card), or that it was skipped."""
+        manifest = read_manifest(self.run_dir) or {}
+        slim = {"skipped": record.get("skipped", False)}
+        for result in record.get("endpoints", []):
+            slim.setdefault("endpoints", []).append(
+                {k: result.get(k) for k in ("url", "ok", "reachable", "version", "info", "checks")}
+            )
+        manifest["preflight"] = slim
+        write_manifest(self.run_dir, manifest)
 
     def _snapshot(self) -> dict[str, Any]:
         snap = self.metrics.snapshot()

@@ -1,0 +1,96 @@
+"""Which endpoints may generate: preflight at start, re-verification when they come back or on an interval.
+
+At start every endpoint is preflighted against `[expect]`. A reachable endpoint that is configured differently
+stops the run before any prompt is sent (PreflightError, exit 3). An unreachable one is not fatal: it starts
+down, the health monitor keeps probing it, and it is admitted once it answers and passes preflight. An endpoint
+that comes back from down, and every live endpoint on `client.recheck_interval_s`, must still report the server
+configuration it was admitted with; one that restarted with different args is retired for the rest of the run.
+When an endpoint's `concurrency` is 0, its capacity is taken from what the server advertises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from .config import Config, EndpointConfig
+from .errors import PreflightError, RegenError
+from .pool import EndpointState, Pool
+from .preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
+
+AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
+HEADROOM = 1.25  # keep a small queue at the server so its batch refills at once
+
+
+class Gate:
+    def __init__(self, cfg: Config, pool: Pool, *, skip: bool = False):
+        self.cfg = cfg
+        self.pool = pool
+        self.skip = skip
+        self.fingerprints: dict[str, dict[str, Any]] = {}
+        self.pending: set[str] = set()  # unreachable at start: preflight before first use
+        self.results: dict[str, dict[str, Any]] = {}
+
+    def _key(self, ep: EndpointState) -> str | None:
+        return os.environ.get(ep.api_key_env) if ep.api_key_env else None
+
+    async def admit_all(self) -> dict[str, Any]:
+        """Preflight every endpoint at once; raise PreflightError on drift. Returns what run.json records."""
+        if self.skip:
+            return {"skipped": True}
+        results = await asyncio.gather(*(self._preflight(ep) for ep in self.pool.endpoints))
+        drifted = [r for r in results if r["reachable"] and not r["ok"]]
+        if drifted:
+            raise PreflightError(
+                "preflight failed: an endpoint is not configured as [expect] says; no prompt was sent.\n"
+                + format_preflight({"ok": False, "endpoints": drifted})
+                + "\n(fix the server or the config; --skip-preflight runs anyway and records it in run.json)"
+            )
+        for ep, result in zip(self.pool.endpoints, results, strict=True):
+            if not result["reachable"]:
+                self.pending.add(ep.url)
+                self.pool.mark_down(ep, "unreachable at preflight; probing until it is up")
+        return {"skipped": False, "endpoints": results}
+
+    async def _preflight(self, ep: EndpointState) -> dict[str, Any]:
+        result = await preflight_endpoint(ep.url, self.cfg, api_key=self._key(ep))
+        self.results[ep.url] = result
+        if result["ok"]:
+            await self._admitted(ep, result)
+        return result
+
+    async def _admitted(self, ep: EndpointState, result: dict[str, Any]) -> None:
+        self.pending.discard(ep.url)
+        if ep.auto_capacity:
+            advertised = (result.get("info") or {}).get("effective_max_running_requests")
+            ep.capacity = max(1, int(advertised * HEADROOM)) if advertised else AUTO_DEFAULT
+            ep.capacity_source = f"server advertises {advertised}" if advertised else "default (server advertised none)"
+        try:
+            self.fingerprints[ep.url] = await server_fingerprint(ep.url, self._key(ep), self.cfg.client)
+        except RegenError:
+            pass  # a router has no /server_info of its own; its workers were checked by preflight
+
+    async def verify(self, ep: EndpointState) -> str | None:
+        """None when the endpoint may (still) be used; else why it must be retired."""
+        if self.skip:
+            return None
+        if ep.url in self.pending:
+            result = await self._preflight(ep)
+            if not result["reachable"]:
+                return "still unreachable"
+            return None if result["ok"] else "failed preflight:\n" + format_preflight({"endpoints": [result]})
+        before = self.fingerprints.get(ep.url)
+        if before is None:
+            return None
+        try:
+            now = await server_fingerprint(ep.url, self._key(ep), self.cfg.client)
+        except RegenError:
+            return None  # down again: the health monitor deals with it
+        changes = fingerprint_changes(before, now)
+        return "restarted with a different configuration: " + "; ".join(changes) if changes else None
+
+
+def capacity_of(ep: EndpointConfig) -> tuple[int, bool]:
+    """(initial capacity, whether it is automatic)."""
+    return (ep.concurrency, False) if ep.concurrency > 0 else (AUTO_DEFAULT, True)

@@ -1,0 +1,184 @@
+"""Many endpoints that fail: kills, hangs, error bursts, restarts, endpoints-file changes, sglang-router."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, SimProcess, committed_ids, read_rows, regen
+from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+
+SLOW = ("--decode-rate", "6000", "--max-running-requests", "8", "--mean-output-tokens", "300")
+
+
+def config(tmp_path: Path, urls: list[str], extra: str = "", client: str = "") -> Path:
+    eps = "".join(f'[[endpoints]]\nurl = "{u}"\nconcurrency = 8\n' for u in urls)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f'{extra}\n[input]\npath = "{tmp_path / "prompts.jsonl"}"\n'
+        f'[output]\ndir = "{tmp_path / "run"}"\nshard_rows = 100\nsync_interval_s = 0.2\n'
+        '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 4096\n'
+        "[client]\nmax_attempts = 4\nbackoff_base_s = 0.02\nbackoff_max_s = 0.5\nrequest_timeout_s = 60\n"
+        f"health_interval_s = 0.5\nhealth_timeout_s = 1.0\nhealth_failures = 2\n{client}\n{eps}"
+    )
+    return cfg
+
+
+def start_run(cfg: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress", "--skip-preflight"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def endpoint_counts(run_dir: Path) -> Counter[str]:
+    return Counter(r["endpoint"] for r in read_rows(run_dir, "shards"))
+
+
+def test_killed_hung_and_flaky_endpoints(tmp_path: Path, sim) -> None:
+    good = sim(*SIM_FLAGS, *SLOW, "--seed", "1")
+    dying = sim(*SIM_FLAGS, *SLOW, "--seed", "2")
+    hanging = sim(*SIM_FLAGS, *SLOW, "--seed", "3")
+    flaky = sim(*SIM_FLAGS, *SLOW, "--seed", "4", "--fail-500", "0.1", "--fail-503", "0.1")
+    flaky2 = sim(*SIM_FLAGS, *SLOW, "--seed", "5", "--fail-reset", "0.1", "--fail-invalid-json", "0.1")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=300)
+    urls = [good.url, dying.url, hanging.url, flaky.url, flaky2.url]
+    proc = start_run(config(tmp_path, urls))
+    wait_for(lambda: dying.stats()["generations_total"] >= 10 and hanging.stats()["generations_total"] >= 5)
+    dying.proc.send_signal(signal.SIGKILL)  # a node lost
+    os.kill(hanging.proc.pid, signal.SIGSTOP)  # a frozen process: accepts connections, never answers
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.kill(hanging.proc.pid, signal.SIGCONT)
+    assert proc.returncode == 0, err
+    run_dir = tmp_path / "run"
+    good_ids, bad_ids = assert_exactly_once(run_dir, ids)
+    counts = endpoint_counts(run_dir)
+    assert counts[good.url] > counts[dying.url] and counts[good.url] > counts[hanging.url]
+    # hangs and kills moved prompts elsewhere without burning their attempts: nothing exhausted its retries
+    rejects = Counter(r["reason"] for r in read_rows(run_dir, "rejects"))
+    assert rejects["exhausted_retries"] <= 3, rejects
+    assert len(good_ids) >= 297
+
+
+def test_endpoint_that_comes_back_is_used_again(tmp_path: Path, sim) -> None:
+    steady = sim(*SIM_FLAGS, *SLOW, "--seed", "1")
+    flapping = sim(*SIM_FLAGS, *SLOW, "--seed", "2")
+    port = flapping.url.rsplit(":", 1)[1]
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=300)
+    proc = start_run(config(tmp_path, [steady.url, flapping.url]))
+    wait_for(lambda: flapping.stats()["generations_total"] >= 10)
+    flapping.proc.send_signal(signal.SIGKILL)
+    flapping.proc.wait()
+    time.sleep(1.0)
+    back = sim(*SIM_FLAGS, *SLOW, "--seed", "2", "--port", port)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert back.stats()["generations_total"] > 0  # the restarted server took work again
+    assert_exactly_once(tmp_path / "run", ids)
+
+
+def test_endpoints_file_adds_and_drains(tmp_path: Path, sim) -> None:
+    first = sim(*SIM_FLAGS, *SLOW, "--seed", "1")
+    second = sim(*SIM_FLAGS, *SLOW, "--seed", "2")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=300)
+    eps = tmp_path / "endpoints.txt"
+    eps.write_text(f"{first.url} 8\n")
+    cfg = config(tmp_path, [], extra=f'endpoints_file = "{eps}"')
+    proc = start_run(cfg)
+    wait_for(lambda: first.stats()["generations_total"] >= 10)
+    assert second.stats()["generations_total"] == 0
+    eps.write_text(f"{second.url} 8\n")  # the second joins, the first drains
+    wait_for(lambda: second.stats()["generations_total"] >= 5)
+    time.sleep(0.5)
+    first_after_drain = first.stats()["generations_total"]
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert first.stats()["generations_total"] == first_after_drain  # took no new work after draining
+    assert_exactly_once(tmp_path / "run", ids)
+
+
+def test_streaming_detects_a_stall(tmp_path: Path, sim) -> None:
+    stalling = sim(*SIM_FLAGS, "--mean-output-tokens", "200", "--fail-stall", "0.2", "--seed", "7")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=30)
+    cfg = config(tmp_path, [stalling.url], client="stream = true\nstall_timeout_s = 1.0")
+    start = time.monotonic()
+    result = regen("run", str(cfg), "--no-progress", "--skip-preflight")
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0, result.stderr
+    assert_exactly_once(tmp_path / "run", ids)
+    stats = stalling.stats()
+    assert stats["faults"].get("stall", 0) >= 1
+    assert stats["cancelled"] >= 1  # the client told the server to stop (abort_request) or hung up
+    assert elapsed < 60
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def router():
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(urls: list[str]) -> str:
+        port, metrics = free_port(), free_port()
+        argv = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics)]
+        argv += ["--policy", "round_robin", "--health-check-interval-secs", "1", "--log-level", "warn"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{url}/readiness", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(ready, timeout=30)
+        return url
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_through_sglang_router(tmp_path: Path, sim, router) -> None:
+    workers = [sim(*SIM_FLAGS, *SLOW, "--seed", str(i)) for i in range(3)]
+    url = router([w.url for w in workers])
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=150)
+    proc = start_run(config(tmp_path, [url]))
+    wait_for(lambda: workers[0].stats()["generations_total"] >= 5)
+    workers[0].proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert_exactly_once(tmp_path / "run", ids)
+    assert all(w.stats()["generations_total"] > 0 for w in workers[1:])
+    assert set(committed_ids(tmp_path / "run", "shards")) | set(committed_ids(tmp_path / "run", "rejects")) == set(ids)
+
+
+_ = SimProcess
