@@ -92,15 +92,20 @@ def test_spec_with_extra_buffer_on_0_5_10_needs_spec_v2_for_overlap() -> None:
 def test_spec_defaults_nextn_draft_tokens_and_48() -> None:
     out = resolve(_args(speculative_algorithm="NEXTN"), "0.5.23", env={})
     assert out["speculative_algorithm"] == "EAGLE"
-    assert (out["speculative_num_steps"], out["speculative_eagle_topk"], out["speculative_num_draft_tokens"]) == (3, 1, 4)
+    assert (out["speculative_num_steps"], out["speculative_eagle_topk"], out["speculative_num_draft_tokens"]) == (
+        3,
+        1,
+        4,
+    )
     assert out["max_running_requests"] == 48
     out = resolve(
         _args(speculative_algorithm="EAGLE", speculative_num_steps=2, speculative_num_draft_tokens=8), "0.5.23", env={}
     )
     assert out["speculative_num_draft_tokens"] == 3  # steps + 1 at topk 1
-    assert resolve(_args(speculative_algorithm="EAGLE", max_running_requests=8), "0.5.23", env={})[
-        "max_running_requests"
-    ] == 8
+    assert (
+        resolve(_args(speculative_algorithm="EAGLE", max_running_requests=8), "0.5.23", env={})["max_running_requests"]
+        == 8
+    )
 
 
 def test_explicit_no_buffer_needs_disable_overlap_on_0_5_14_plus() -> None:

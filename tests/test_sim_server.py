@@ -179,7 +179,9 @@ def test_validation_errors(body: dict[str, Any], status: int, message: str) -> N
 
 def test_content_type_and_bad_json() -> None:
     async def check(c: httpx.AsyncClient) -> None:
-        r = await c.post("/v1/chat/completions", content=orjson.dumps(chat_body()), headers={"Content-Type": "text/plain"})
+        r = await c.post(
+            "/v1/chat/completions", content=orjson.dumps(chat_body()), headers={"Content-Type": "text/plain"}
+        )
         assert r.status_code == 400 and r.json()["type"] == "Bad Request"
         r = await c.post("/v1/chat/completions", content=b"{nope", headers={"Content-Type": "application/json"})
         assert r.status_code == 400
@@ -231,7 +233,9 @@ def test_duplicate_rid_and_stats_and_probes() -> None:
     async def check(c: httpx.AsyncClient) -> None:
         await c.post("/v1/chat/completions", json=chat_body(rid="a"))
         await c.post("/v1/chat/completions", json=chat_body(rid="b"))
-        await c.post("/v1/chat/completions", json=chat_body(rid="regen-probe-1", messages=[{"role": "user", "content": "p"}]))
+        await c.post(
+            "/v1/chat/completions", json=chat_body(rid="regen-probe-1", messages=[{"role": "user", "content": "p"}])
+        )
         stats = (await c.get("/_sim/stats")).json()
         assert stats["generations"] == {prompt_key(MSGS): 2}
         assert stats["generations_by_rid"] == {"a": 1, "b": 1}

@@ -1,0 +1,212 @@
+"""Fault knobs, the timing model and the queue over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+import pytest
+
+from pipeline.sim import SimConfig, serve
+from pipeline.sim.faults import FaultPlan
+
+
+def _body(i: int = 0, **kw: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 2000, **kw}
+
+
+def test_fault_draws_are_deterministic_and_roughly_calibrated() -> None:
+    plan = FaultPlan(seed=7, p_500=0.2, p_hang=0.1)
+    draws = [plan.draw(f"k{i}", 0) for i in range(2000)]
+    assert draws == [FaultPlan(seed=7, p_500=0.2, p_hang=0.1).draw(f"k{i}", 0) for i in range(2000)]
+    assert 330 < draws.count("500") < 470 and 140 < draws.count("hang") < 260
+    assert draws != [FaultPlan(seed=8, p_500=0.2, p_hang=0.1).draw(f"k{i}", 0) for i in range(2000)]
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        FaultPlan(seed=0, p_500=0.7, p_503=0.7)
+
+
+@pytest.mark.parametrize(
+    ("knob", "status"),
+    [("p_500", 500), ("p_503", 503)],
+    ids=["500", "503"],
+)
+def test_error_faults(knob: str, status: int) -> None:
+    async def main() -> None:
+        async with serve(SimConfig(**{knob: 1.0})) as url, httpx.AsyncClient(base_url=url) as c:
+            r = await c.post("/v1/chat/completions", json=_body())
+            assert r.status_code == status
+            assert r.json()["code"] == status
+            if status == 503:
+                assert r.json() == {
+                    "object": "error",
+                    "message": "The request queue is full.",
+                    "type": "503",
+                    "param": None,
+                    "code": 503,
+                }
+                s = await c.post("/v1/chat/completions", json=_body(stream=True))
+                assert (
+                    s.status_code == 200
+                    and '"type":"SERVICE_UNAVAILABLE"' in s.text
+                    and s.text.endswith("data: [DONE]\n\n")
+                )
+            stats = (await c.get("/_sim/stats")).json()
+            assert stats["faults"][knob[2:]] >= 1 and stats["generations_total"] == 0
+
+    asyncio.run(main())
+
+
+def test_content_faults() -> None:
+    async def main() -> None:
+        cfg = SimConfig(reasoning_parser="qwen3", mean_output_tokens=100)
+        async with serve(cfg.replace(p_empty=1.0)) as url, httpx.AsyncClient(base_url=url) as c:
+            choice = (await c.post("/v1/chat/completions", json=_body())).json()["choices"][0]
+            assert choice["message"]["content"] == "" and not choice["message"]["reasoning_content"]
+            assert choice["finish_reason"] == "stop"
+        async with serve(cfg.replace(p_answer_in_reasoning=1.0)) as url, httpx.AsyncClient(base_url=url) as c:
+            choice = (await c.post("/v1/chat/completions", json=_body())).json()["choices"][0]
+            assert choice["message"]["content"] == "" and choice["finish_reason"] == "stop"
+            assert "The answer is" in choice["message"]["reasoning_content"]
+        async with serve(cfg.replace(p_invalid_json=1.0)) as url, httpx.AsyncClient(base_url=url) as c:
+            r = await c.post("/v1/chat/completions", json=_body())
+            assert r.status_code == 200
+            with pytest.raises(orjson.JSONDecodeError):
+                orjson.loads(r.content)
+            assert (await c.get("/_sim/stats")).json()["generations_total"] == 1  # the GPU did the work
+
+    asyncio.run(main())
+
+
+def test_reset_fault_breaks_the_connection() -> None:
+    async def main() -> None:
+        async with serve(SimConfig(p_reset=1.0, mean_output_tokens=400)) as url:
+            async with httpx.AsyncClient(base_url=url) as c:
+                with pytest.raises(httpx.TransportError):
+                    await c.post("/v1/chat/completions", json=_body())
+                with pytest.raises(httpx.TransportError):
+                    await c.post("/v1/chat/completions", json=_body(stream=True))
+            async with httpx.AsyncClient(base_url=url) as c:
+                assert (await c.get("/_sim/stats")).json()["faults"]["reset"] == 2
+
+    asyncio.run(main())
+
+
+def test_hang_until_client_disconnects() -> None:
+    async def main() -> None:
+        async with serve(SimConfig(p_hang=1.0)) as url, httpx.AsyncClient(base_url=url) as c:
+            with pytest.raises(httpx.ReadTimeout):
+                await c.post("/v1/chat/completions", json=_body(), timeout=0.3)
+            stats = (await c.get("/_sim/stats")).json()
+            assert stats["faults"]["hang"] == 1
+            for _ in range(50):  # the server notices the disconnect and drops the request
+                if (await c.get("/_sim/stats")).json()["in_flight"] == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert (await c.get("/_sim/stats")).json()["in_flight"] == 0
+
+    asyncio.run(main())
+
+
+def test_die_after_n_responses() -> None:
+    async def main() -> None:
+        async with serve(SimConfig(die_after=2, mean_output_tokens=20)) as url:
+            async with httpx.AsyncClient(base_url=url) as c:
+                for i in range(2):
+                    assert (await c.post("/v1/chat/completions", json=_body(i))).status_code == 200
+            await asyncio.sleep(0.05)
+            async with httpx.AsyncClient(base_url=url) as c:
+                with pytest.raises(httpx.ConnectError):
+                    await c.post("/v1/chat/completions", json=_body(3))
+
+    asyncio.run(main())
+
+
+def test_slow_start_then_warmup_then_healthy() -> None:
+    async def main() -> None:
+        async with serve(SimConfig(slow_start_s=0.3, warmup_s=0.3)) as url, httpx.AsyncClient(base_url=url) as c:
+            with pytest.raises(httpx.ConnectError):
+                await c.get("/health")
+            await asyncio.sleep(0.4)
+            assert (await c.get("/health")).status_code == 503
+            assert (await c.get("/model_info")).status_code == 200
+            assert (await c.post("/v1/chat/completions", json=_body(max_tokens=5))).status_code == 200
+            await asyncio.sleep(0.3)
+            assert (await c.get("/health")).status_code == 200
+
+    asyncio.run(main())
+
+
+async def _post_all(url: str, n: int, **kw: Any) -> list[tuple[int, float]]:
+    async with aiohttp.ClientSession() as session:
+
+        async def one(i: int) -> tuple[int, float]:
+            t0 = time.perf_counter()
+            async with session.post(url + "/v1/chat/completions", json=_body(i, **kw)) as r:
+                await r.read()
+                return r.status, time.perf_counter() - t0
+
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def test_batching_bounds_concurrency_in_waves() -> None:
+    # 4 running slots, 16 requests of exactly 50 tokens at 1000 tok/s aggregate: a wave is 50 * 4 / 1000 = 0.2 s
+    cfg = SimConfig(
+        model_path="Qwen/Qwen3-8B", max_running_requests=4, decode_tokens_per_s=1000, mean_output_tokens=5000
+    )
+
+    async def main() -> None:
+        async with serve(cfg) as url:
+            t0 = time.perf_counter()
+            results = await _post_all(url, 16, max_tokens=50)
+            total = time.perf_counter() - t0
+        assert all(status == 200 for status, _ in results)
+        assert 0.75 <= total <= 1.3, total
+        latencies = sorted(lat for _, lat in results)
+        assert latencies[0] < 0.3 and latencies[-1] > 0.7
+
+    asyncio.run(main())
+
+
+def test_queue_full_503_and_streaming_progress() -> None:
+    cfg = SimConfig(
+        model_path="Qwen/Qwen3-8B",
+        max_running_requests=1,
+        max_queued_requests=1,
+        decode_tokens_per_s=500,
+        reasoning_parser="qwen3",
+    )
+
+    async def main() -> None:
+        async with serve(cfg) as url:
+            results = await _post_all(url, 4, max_tokens=40)
+            statuses = sorted(s for s, _ in results)
+            assert statuses == [200, 200, 503, 503]
+            async with httpx.AsyncClient(base_url=url) as c:
+                chunks = 0
+                async with c.stream("POST", "/v1/chat/completions", json=_body(stream=True, max_tokens=100)) as r:
+                    async for line in r.aiter_lines():
+                        chunks += line.startswith("data: ")
+                assert chunks > 5  # 0.2 s of decoding flushed in several events
+                stats = (await c.get("/_sim/stats")).json()
+                assert stats["faults"]["queue_full"] == 2
+
+    asyncio.run(main())
+
+
+def test_abort_request_gives_graceful_abort() -> None:
+    cfg = SimConfig(model_path="Qwen/Qwen3-8B", decode_tokens_per_s=100, max_running_requests=4)
+
+    async def main() -> None:
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url) as c:
+            task = asyncio.create_task(c.post("/v1/chat/completions", json=_body(rid="r1", max_tokens=1000)))
+            await asyncio.sleep(0.2)
+            assert (await c.post("/abort_request", json={"rid": "r1"})).status_code == 200
+            body = (await task).json()
+            assert body["id"] == "r1" and body["choices"][0]["finish_reason"] == "abort"
+            assert 0 < body["usage"]["completion_tokens"] < 1000
+
+    asyncio.run(main())
