@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,8 +199,9 @@ def _from_namespace(ns: argparse.Namespace, argv: tuple[str, ...] = ()) -> SimCo
 
 def config_from_args(ns: argparse.Namespace) -> SimConfig:
     """The SimConfig for parsed `regen sim` flags; a flag the simulated version lacks is an argparse error."""
+    argv = sys.argv[2:] if sys.argv[1:2] == ["sim"] else sys.argv[1:]
     try:
-        return _from_namespace(ns)
+        return _from_namespace(ns, tuple(argv))
     except SimStartupError as exc:
         parser = getattr(ns, "_sim_parser", None)
         if parser is None:
