@@ -1,5 +1,5 @@
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.store.doneset import DoneSet
@@ -8,6 +8,7 @@ from pipeline.store.partition import id_hash, id_hashes
 u64 = st.integers(0, 2**64 - 1)
 
 
+@settings(deadline=None)  # a loaded CI machine must not turn slowness into failure
 @given(initial=st.lists(u64), added=st.lists(u64), probes=st.lists(u64))
 def test_behaves_like_a_set(initial, added, probes):
     done = DoneSet(np.array(initial, dtype=np.uint64))

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .doneset import DoneSet
 from .durable import fsync_dir, output_errors, unlink_quiet
 from .index import CommittedIndex
 from .journal import ACCEPTED, JournalFile, read_journal
@@ -40,16 +41,13 @@ from .shards import (
 def recover_journal(
     run_dir: Path,
     journal: JournalFile,
-    index: CommittedIndex,
+    committed: dict[str, DoneSet],
     schemas: dict[str, pa.Schema],
     row_group_rows: int,
 ) -> int:
-    """Commit the uncommitted rows of `journal`, delete it, refresh `index`. Returns the rows committed.
-
-    The caller holds the lock of `journal.worker`.
+    """Commit the rows of `journal` that are not in `committed` ({SHARDS: ..., REJECTS: ...}, updated with what
+    this commits), then delete the journal. Returns the rows committed. The caller holds `journal.worker`'s lock.
     """
-    in_shards = index.done(SHARDS)
-    in_rejects = index.done(REJECTS)
     rejects = PartWriter(run_dir / REJECTS, schemas[REJECTS], journal.worker, journal.seq, row_group_rows)
     shards = PartWriter(
         run_dir / SHARDS,
@@ -59,24 +57,24 @@ def recover_journal(
         row_group_rows,
         on_unstorable=lambda row, error: rejects.add(unstorable_reject(row, error)),
     )
-    writers = {SHARDS: shards, REJECTS: rejects}
     seen: set[int] = set()
     for entry in read_journal(journal.path):
         h = id_hash(entry.row["id"])
-        if h in seen or h in in_shards or (entry.kind != ACCEPTED and h in in_rejects):
+        if h in seen or h in committed[SHARDS] or (entry.kind != ACCEPTED and h in committed[REJECTS]):
             continue
         seen.add(h)
-        writer = writers[SHARDS if entry.kind == ACCEPTED else REJECTS]
+        writer = shards if entry.kind == ACCEPTED else rejects
         writer.add(entry.row)
         writer.write_full_groups()
-    for kind, writer in writers.items():
+    for kind, writer in ((SHARDS, shards), (REJECTS, rejects)):
         if writer.commit() is not None:
             with output_errors(run_dir / kind, "sync the directory"):
                 fsync_dir(run_dir / kind)
+            for h in id_hashes(writer.ids).tolist():
+                committed[kind].add(h)
     with output_errors(journal.path, "delete the recovered journal"):
         unlink_quiet(journal.path)
         fsync_dir(journal.path.parent)
-    index.refresh()
     return len(seen)
 
 

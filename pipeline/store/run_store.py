@@ -103,14 +103,16 @@ class RunStore:
     def _resume(self, retry_rejects: bool) -> ResumeState:
         index = CommittedIndex(self.run_dir)
         index.refresh()
-        recovered = self._recover_worker(self.worker_index, index)
+        committed = {SHARDS: index.done(SHARDS), REJECTS: index.done(REJECTS)}
+        recovered = self._recover_worker(self.worker_index, committed)
         for worker in sorted(self._other_workers()):
             lock = FileLock(worker_lock_path(self.run_dir, worker))
             if lock.acquire(role="recovering"):
                 try:
-                    recovered += self._recover_worker(worker, index)
+                    recovered += self._recover_worker(worker, committed)
                 finally:
                     lock.release()
+        index.refresh()
         settle(self.run_dir, index)
         # Journals before committed parts: a row moving from one to the other meanwhile is seen at least once.
         live = id_hashes(e.row["id"] for j in list_journals(self.run_dir / JOURNAL) for e in read_journal(j.path))
@@ -123,12 +125,12 @@ class RunStore:
         self._new_parts(seq)
         return state
 
-    def _recover_worker(self, worker: int, index: CommittedIndex) -> int:
+    def _recover_worker(self, worker: int, committed: dict[str, DoneSet]) -> int:
         """Recover every journal and temp file of `worker`, whose lock the caller holds."""
         for kind in (SHARDS, REJECTS):
             remove_tmp_files(self.run_dir / kind, worker)
         journals = [j for j in list_journals(self.run_dir / JOURNAL) if j.worker == worker]
-        return sum(recover_journal(self.run_dir, j, index, self._schemas, self.row_group_rows) for j in journals)
+        return sum(recover_journal(self.run_dir, j, committed, self._schemas, self.row_group_rows) for j in journals)
 
     def _other_workers(self) -> set[int]:
         workers = {j.worker for j in list_journals(self.run_dir / JOURNAL)}
