@@ -1,0 +1,53 @@
+"""The CLI as a user meets it: --help for every subcommand, exit codes, and the README agreeing with --help."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import COMMANDS, build_parser, main
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_for_every_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: regen {command}")
+    assert f"regen {command}" in README, f"README never shows `regen {command}`"
+
+
+def test_readme_documents_every_run_option() -> None:
+    parser = build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    flags = {opt for action in run._actions for opt in action.option_strings if opt.startswith("--")} - {"--help"}
+    missing = sorted(f for f in flags if f not in README)
+    assert missing == []
+
+
+def test_readme_documents_every_config_key() -> None:
+    from pipeline.config import Config
+
+    cfg = Config().to_dict()
+    keys = [f"{section}.{key}" for section, value in cfg.items() if isinstance(value, dict) for key in value]
+    keys = [k for k in keys if not k.startswith(("expect.", "launch."))]
+    undocumented = [k for k in keys if k.split(".")[1] not in README]
+    assert undocumented == []
+
+
+def test_bad_config_exit_code_and_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[output]\nshard_row = 5\n")
+    assert main(["run", str(cfg), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"unknown key 'output.shard_row'; did you mean 'output.shard_rows'\?", err)
+
+
+def test_worker_index_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "configs/demo.toml", "--worker-index", "3", "--num-workers", "2", "--no-progress"]) == 2
+    assert "--worker-index 3 must be in [0, 2)" in capsys.readouterr().err
