@@ -50,6 +50,7 @@ REASONS: tuple[str, ...] = (
     "empty_reasoning",
     "degenerate_repetition",
     "exhausted_retries",
+    "unstorable_row",  # the store could not write the row with the schema (pipeline/store/shards.py)
 )
 
 

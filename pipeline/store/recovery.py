@@ -6,21 +6,29 @@ Two steps, both idempotent, so a crash during recovery is recovered by the next 
   part's rename and the journal's rotation leaves rows in both), then deletes the journal. An accepted row is
   skipped only if its id is in shards/ (shards win: a retried reject that succeeded must not be lost); a rejected
   row is skipped if its id is in shards/ or rejects/.
-- `settle` removes the duplicates a crash can leave between a commit and the rewrite that follows it (a retried
-  id that is now in a new part and still in its old rejects part): a shard row beats any reject row, the newest
-  reject row (by `created_at`) beats older ones. It runs under the rewrite lock.
+- `settle` first finishes a `regen merge` that a crash interrupted (its outputs duplicate its inputs until it
+  is rolled forward or back, and those must not be settled as ordinary duplicates), then removes the duplicates
+  a crash can leave between a commit and the rewrite that follows it (a retried id that is now in a new part and
+  still in its old rejects part): a shard row beats any reject row, the newest reject row (by `created_at`) beats
+  older ones. One exception: a `rejects/quarantine-*.parquet` row (written by `regen validate --quarantine`
+  before it rewrites the shard) beats the shard row it was copied from, so a quarantine interrupted between its
+  two steps is completed, not undone. The copy keeps the shard row's `created_at`; a shard row strictly newer
+  than the quarantined one is a retry accepted since (`--retry-rejects`), and wins. It runs under the rewrite
+  lock.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import merge
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors, unlink_quiet
 from .index import CommittedIndex
@@ -36,6 +44,8 @@ from .shards import (
     rewrite_without,
     unstorable_reject,
 )
+
+QUARANTINE_PREFIX = "quarantine-"  # rejects written by `regen validate --quarantine` (pipeline/inspection)
 
 
 def recover_journal(
@@ -79,10 +89,13 @@ def recover_journal(
 
 
 def settle(run_dir: Path, index: CommittedIndex) -> int:
-    """Remove duplicate ids across committed parts; returns the rows removed (normally 0, and cheap then)."""
-    if len(index.duplicated()) == 0:
+    """Finish an interrupted merge, then remove duplicate ids across committed parts; returns the rows removed
+    (normally 0, and cheap then)."""
+    if len(index.duplicated()) == 0 and not (run_dir / merge.PLAN).exists():
         return 0
     with FileLock(rewrite_lock_path(run_dir)):
+        with output_errors(run_dir / merge.PLAN, "finish the interrupted merge"):
+            merge.finish_interrupted_merge(run_dir)
         for kind in (SHARDS, REJECTS):
             remove_rewrite_tmp_files(run_dir / kind)
         index.refresh()
@@ -107,26 +120,51 @@ def remove_ids(run_dir: Path, paths: list[Path], hashes: np.ndarray) -> int:
     return removed
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class _Copy:
+    """One committed row of a duplicated id. Sort order, smallest wins: shard rows (earliest file), then reject
+    rows, newest first."""
+
+    rank: int  # 0 shard, 1 reject
+    newest_first: int  # -created_at for rejects, 0 for shards
+    name: str
+    path: Path
+    row: int
+    created: int
+    quarantined: bool
+
+
 def _losers(index: CommittedIndex, dups: np.ndarray) -> dict[Path, list[int]]:
     """For each duplicated id, every row but the winner, as {path: [row index]}."""
-    candidates: dict[str, list[tuple[tuple[int, int, str], Path, int]]] = defaultdict(list)
+    candidates: dict[str, list[_Copy]] = defaultdict(list)
     for path in index.files_with(dups):
         kind = index.parts[path].kind
-        columns = ["id"] if kind == SHARDS else ["id", "created_at"]
-        table = pq.ParquetFile(path).read(columns=columns)
+        table = pq.ParquetFile(path).read(columns=["id", "created_at"])
         ids = table.column("id").to_pylist()
-        created = (
-            table.column("created_at").cast(pa.int64()).fill_null(0).to_pylist() if kind == REJECTS else [0] * len(ids)
-        )
+        created = table.column("created_at").cast(pa.int64()).fill_null(0).to_pylist()
+        quarantined = kind == REJECTS and path.name.startswith(QUARANTINE_PREFIX)
         for row in np.flatnonzero(np.isin(id_hashes(ids), dups)).tolist():
-            # Sort key, smallest wins: any shard row first (earliest file), then the newest reject row.
-            key = (0, 0, path.name) if kind == SHARDS else (1, -created[row], path.name)
-            candidates[ids[row]].append((key, path, row))
+            rank, newest_first = (0, 0) if kind == SHARDS else (1, -created[row])
+            copy = _Copy(rank, newest_first, path.name, path, row, created[row], quarantined)
+            candidates[ids[row]].append(copy)
     losers: dict[Path, list[int]] = defaultdict(list)
-    for rows in candidates.values():
-        for _, path, row in sorted(rows)[1:]:
-            losers[path].append(row)
+    for copies in candidates.values():
+        winner = _winner(copies)
+        for copy in copies:
+            if copy is not winner:
+                losers[copy.path].append(copy.row)
     return losers
+
+
+def _winner(copies: list[_Copy]) -> _Copy:
+    """Shards win, unless a quarantined copy is at least as new as every shard copy (see the module docstring)."""
+    best = min(copies)
+    quarantined = [c for c in copies if c.quarantined]
+    if best.rank == 0 and quarantined:
+        newest = max(quarantined, key=lambda c: (c.created, c.name))
+        if newest.created >= max(c.created for c in copies if c.rank == 0):
+            return newest
+    return best
 
 
 def _drop_rows(rows: list[int]) -> Callable[[pa.Table], np.ndarray]:
