@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from .args import MAMBA_STRATEGIES, SPEC_ALGORITHMS, VERSIONS, SimStartupError, check_flags
 
@@ -88,7 +88,11 @@ class SimConfig:
     p_empty: float = 0.0
     p_answer_in_reasoning: float = 0.0
     p_invalid_json: float = 0.0
+    p_stall: float = 0.0  # stream: role chunk and a few deltas, then silence (connection open) until abort/disconnect
+    trickle_s: float = 0.0  # streams send one delta every S seconds: slow but alive
     die_after: int | None = None  # stop serving after N generation responses
+    down_after: int | None = None  # after N generation responses, refuse connections for down_for_s, then recover
+    down_for_s: float = 5.0
     host: str = "127.0.0.1"
     port: int = 0
     launch_argv: tuple[str, ...] = ()
@@ -96,7 +100,7 @@ class SimConfig:
     @classmethod
     def from_argv(cls, argv: Sequence[str]) -> SimConfig:
         """Parse `regen sim` flags. Flags the simulated version does not have raise SimStartupError (argparse kind)."""
-        parser = argparse.ArgumentParser(prog="regen sim", add_help=False)
+        parser = _RaisingParser(prog="regen sim", add_help=False)
         add_arguments(parser)
         ns = parser.parse_args(list(argv))
         return _from_namespace(ns, tuple(argv))
@@ -121,7 +125,43 @@ _FAULT_FLAGS = (
         "probability that the answer stays inside the think block (content empty, finish stop)",
     ),
     ("--fail-invalid-json", "p_invalid_json", "probability of a 200 whose body is not valid JSON"),
+    (
+        "--fail-stall",
+        "p_stall",
+        "probability of a stall: a stream sends its role chunk and a few deltas, then no more bytes (the connection "
+        "stays open) until the client leaves or /abort_request names its rid; a non-streaming request hangs",
+    ),
 )
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """An ArgumentParser for in-process use: a usage error raises SimStartupError instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise SimStartupError(message, "argparse")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise SimStartupError(message or f"exit {status}", "argparse")
+
+
+def _probability(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid probability: {raw!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"probability must be in [0, 1], got {raw}")
+    return value
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"seconds must be at least 0, got {raw}")
+    return value
 
 
 def _bool_flag(parser: argparse._ActionsContainer, flag: str, help_text: str) -> None:
@@ -169,8 +209,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--health-delay", type=float, help="seconds /health takes (real SGLang: ≥1)")
     f = parser.add_argument_group("faults (probabilities per generation request; deterministic under --seed)")
     for flag, _field, help_text in _FAULT_FLAGS:
-        f.add_argument(flag, type=float, metavar="P", help=help_text)
+        f.add_argument(flag, type=_probability, metavar="P", help=help_text)
     f.add_argument("--die-after", type=int, metavar="N", help="stop serving (exit) after N generation responses")
+    f.add_argument(
+        "--trickle-s",
+        type=_seconds,
+        metavar="S",
+        help="slow but alive: streams send one delta every S seconds (the role chunk at once)",
+    )
+    f.add_argument(
+        "--down-after",
+        type=int,
+        metavar="N",
+        help="after N generation responses, close the port and drop connections for --down-for seconds, then "
+        "serve again on the same port (once; /health then follows --warmup again)",
+    )
+    f.add_argument(
+        "--down-for", type=_seconds, metavar="S", help="seconds the port stays closed after --down-after (default 5)"
+    )
     parser.set_defaults(_sim_parser=parser)
 
 
@@ -181,6 +237,7 @@ _NS_TO_FIELD = {
     "slow_start": "slow_start_s",
     "warmup": "warmup_s",
     "health_delay": "health_delay_s",
+    "down_for": "down_for_s",
     **{flag[2:].replace("-", "_"): name for flag, name, _help in _FAULT_FLAGS},
 }
 
@@ -194,6 +251,9 @@ def _from_namespace(ns: argparse.Namespace, argv: tuple[str, ...] = ()) -> SimCo
             values[name] = value
     config = SimConfig(**values, launch_argv=argv)
     check_flags(config.server_args(), config.version)
+    total = sum(getattr(config, name) for _flag, name, _help in _FAULT_FLAGS)
+    if total > 1 + 1e-9:
+        raise SimStartupError(f"the --fail-* probabilities must sum to at most 1, got {total:g}", "argparse")
     return config
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from .text import digest
 
 # Kinds, in the order their probabilities are stacked on [0, 1).
-KINDS = ("500", "503", "reset", "hang", "empty", "answer_in_reasoning", "invalid_json")
+# New kinds go last, so adding one leaves the draws of the others unchanged.
+KINDS = ("500", "503", "reset", "hang", "empty", "answer_in_reasoning", "invalid_json", "stall")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,7 @@ class FaultPlan:
     p_empty: float = 0.0
     p_answer_in_reasoning: float = 0.0
     p_invalid_json: float = 0.0
+    p_stall: float = 0.0
 
     def __post_init__(self) -> None:
         probs = self.probabilities()
@@ -40,6 +42,7 @@ class FaultPlan:
             self.p_empty,
             self.p_answer_in_reasoning,
             self.p_invalid_json,
+            self.p_stall,
         )
 
     @property

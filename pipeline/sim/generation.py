@@ -18,7 +18,7 @@ from aiohttp import web
 from . import protocol as p
 from . import text
 from .engine import Job, QueueFull
-from .state import Sim
+from .state import Inflight, Sim
 
 SIM = web.AppKey("sim", Sim)
 
@@ -89,7 +89,7 @@ def _abort_chunk(route: str) -> dict[str, Any]:
     else:
         choice["text"] = ""
     return {
-        "id": p.uuid.uuid4().hex,
+        "id": p.random_id(),
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "choices": [choice],
@@ -108,15 +108,15 @@ async def _handle(request: web.Request, route: str) -> web.StreamResponse:
         return await _finish_response(sim, request, response)
     key = text.prompt_key(req.messages)
     attempt = sim.stats.received(key, req.rid)
+    rid = p.new_id(req)
     sim.stats.in_flight += 1
     registered = False
     try:
-        if req.rid is not None:
-            if req.rid in sim.rids:
-                raise p.ApiError(400, f"Duplicate request ID detected: {req.rid}")
-            sim.rids[req.rid] = None
-            registered = True
-        response = await _generate(sim, request, req, key, attempt)
+        if rid in sim.inflight:
+            raise p.ApiError(400, f"Duplicate request ID detected: {rid}")
+        inflight = sim.inflight[rid] = Inflight()
+        registered = True
+        response = await _generate(sim, request, req, rid, inflight, key, attempt)
     except p.ApiError as exc:
         response = _error(sim, route, exc, req.stream)
     except _Hang:
@@ -124,15 +124,14 @@ async def _handle(request: web.Request, route: str) -> web.StreamResponse:
         raise AssertionError("unreachable") from None
     finally:
         sim.stats.in_flight -= 1
-        if registered and req.rid is not None:
-            sim.rids.pop(req.rid, None)
-            sim.aborted_rids.discard(req.rid)
+        if registered:
+            del sim.inflight[rid]
     return await _finish_response(sim, request, response)
 
 
 async def _finish_response(sim: Sim, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
-    """Count the response; when die_after is armed, send it completely first so the limit is exact."""
-    if sim.config.die_after is not None and not response.prepared:
+    """Count the response; when a response-count limit is armed, send it completely first so the limit is exact."""
+    if sim.counts_exactly and not response.prepared:
         await response.prepare(request)
         await response.write_eof()
     sim.count_response()
@@ -151,127 +150,164 @@ def _fault_error(sim: Sim, fault: str | None) -> None:
 def _plan(sim: Sim, req: p.GenRequest, fault: str | None) -> tuple[text.Plan, int]:
     seed = sim.plan_seed(req.messages, req.sampling_key)
     if fault == "empty":
-        return text.Plan("", "", thinking=False), seed
+        return text.EMPTY_PLAN, seed
     plan = text.make_plan(seed, sim.config.mean_output_tokens, req.thinking)
     if fault == "answer_in_reasoning" and plan.thinking:
         plan = text.with_answer_in_reasoning(plan)
     return plan, seed
 
 
-async def _generate(sim: Sim, request: web.Request, req: p.GenRequest, key: str, attempt: int) -> web.StreamResponse:
+async def _generate(
+    sim: Sim, request: web.Request, req: p.GenRequest, rid: str, inflight: Inflight, key: str, attempt: int
+) -> web.StreamResponse:
     fault = sim.faults.draw(key, attempt)
     if fault is not None:
         sim.stats.faults[fault] += 1
-    _fault_error(sim, fault)
+        _fault_error(sim, fault)
     plan, seed = _plan(sim, req, fault)
     natural = plan.natural_tokens
     limit = natural if req.max_new_tokens is None else min(natural, req.max_new_tokens)
-    job = _submit(sim, req, limit)
-    run = _Run(sim, req, key, plan, seed, natural, limit, job, fault, time.time())
+    # A stalled request holds no decode slot: the stuck part is the server, not the batch.
+    job = None if fault == "stall" else _submit(sim, limit)
+    inflight.job = job
+    run = _Run(sim, req, rid, inflight, key, plan, seed, natural, limit, fault)
     if req.stream:
+        if sim.config.trickle_s > 0:
+            sim.stats.faults["trickle"] += 1
         return await run.stream(request)
     return await run.respond(request)
 
 
-def _submit(sim: Sim, req: p.GenRequest, tokens: int) -> Job | None:
+def _submit(sim: Sim, tokens: int) -> Job | None:
     if sim.engine is None:
         return None
     try:
-        job = sim.engine.submit(tokens)
+        return sim.engine.submit(tokens)
     except QueueFull:
         sim.stats.faults["queue_full"] += 1
         raise p.ApiError(503, p.QUEUE_FULL, "503") from None
-    if req.rid is not None:
-        sim.rids[req.rid] = job
-    return job
 
 
 class _Run:
-    """One admitted generation: waits for its decode and renders it for its route."""
+    """One admitted generation: waits for its decode (or stalls, or trickles) and renders it for its route."""
 
     def __init__(
         self,
         sim: Sim,
         req: p.GenRequest,
+        rid: str,
+        inflight: Inflight,
         key: str,
         plan: text.Plan,
         seed: int,
         natural: int,
         limit: int,
-        job: Job | None,
         fault: str | None,
-        started: float,
     ) -> None:
-        self.sim, self.req, self.key, self.plan, self.seed = sim, req, key, plan, seed
-        self.natural, self.limit, self.job, self.fault, self.started = natural, limit, job, fault, started
-        self.rid = p.new_id(req)
-        self.created = int(started)
+        self.sim, self.req, self.rid, self.inflight, self.key = sim, req, rid, inflight, key
+        self.plan, self.seed, self.natural, self.limit, self.fault = plan, seed, natural, limit, fault
+        self.job = inflight.job
+        self.started = time.time()
+        self.created = int(self.started)
+        self.stopped_at: int | None = None  # tokens shown when a stall or trickle was aborted
+        self.ended = False  # recorded as a generation, or counted as cancelled
 
     # -- decoding ---------------------------------------------------------------------------------------------
     def _outcome(self) -> p.Outcome:
-        if self.job is None:
-            tokens, aborted = self.limit, self.req.rid in self.sim.aborted_rids
+        job = self.job
+        if job is None:
+            tokens = self.limit if self.stopped_at is None else self.stopped_at
+            aborted = self.inflight.aborted
         else:
-            tokens, aborted = int(self.job.generated), self.job.aborted
+            tokens, aborted = int(job.generated), job.aborted
         if aborted:
             return p.Outcome(self.plan, tokens, "abort")
         return p.Outcome(self.plan, tokens, "stop" if tokens >= self.natural else "length")
 
     async def _wait(self) -> None:
-        if self.job is None:
-            return
-        try:
+        if self.job is not None:
             await asyncio.shield(self.job.done)
-        except asyncio.CancelledError:
-            self._cancelled()
-            raise
+        elif self.fault == "stall":
+            await self.inflight.pause(None)  # a non-streaming stall is a hang that /abort_request can end
+            self.stopped_at = 0
 
     def _cancelled(self) -> None:
+        """The client went away before the end: stop the decode and count it once."""
+        if self.ended:
+            return
+        self.ended = True
         if self.job is not None and self.job.state != "done" and self.sim.engine is not None:
             self.sim.engine.abort(self.job)
-            self.sim.stats.cancelled += 1
+        self.sim.stats.cancelled += 1
 
     async def _progress(self) -> AsyncIterator[tuple[int, bool]]:
         """(tokens so far, finished) at each point the stream should flush."""
-        if self.job is None or self.sim.engine is None:
-            step = max(1, self.sim.config.stream_chunk_tokens)
-            for t in range(step, self.limit + step, step):
-                yield min(t, self.limit), t >= self.limit
+        if self.job is not None:
+            async for point in self._engine_progress(self.job):
+                yield point
+            return
+        step = max(1, self.sim.config.stream_chunk_tokens)
+        trickle = self.sim.config.trickle_s
+        stall_at = max(0, min(2 * step, self.limit - 1)) if self.fault == "stall" else None
+        sent = 0
+        for t in range(step, self.limit + step, step):
+            t = min(t, self.limit)
+            if stall_at is not None and t >= stall_at:
+                if stall_at > sent:
+                    yield stall_at, False
+                await self.inflight.pause(None)  # no more bytes until /abort_request (or the client leaves)
+                sent = stall_at
+                break
+            if trickle > 0:
+                await self.inflight.pause(trickle)
+                if self.inflight.aborted:
+                    break
+            yield t, t >= self.limit
+            sent = t
+        else:
             if self.limit == 0:
                 yield 0, True
             return
-        engine, job, sent = self.sim.engine, self.job, -1
-        try:
-            while True:
-                finished = job.state == "done"
-                now = int(job.generated) if finished else engine.progress(job)
-                if now > sent or finished:
-                    yield now, finished
-                    sent = now
-                if finished:
-                    return
-                await asyncio.wait({job.done}, timeout=self.sim.config.stream_interval_s)
-        except asyncio.CancelledError:
-            self._cancelled()
-            raise
+        self.stopped_at = sent
+        yield sent, True
+
+    async def _engine_progress(self, job: Job) -> AsyncIterator[tuple[int, bool]]:
+        engine, sent = self.sim.engine, -1
+        assert engine is not None
+        interval = self.sim.config.trickle_s or self.sim.config.stream_interval_s
+        while True:
+            finished = job.state == "done"
+            now = int(job.generated) if finished else engine.progress(job)
+            if now > sent or finished:
+                yield now, finished
+                sent = now
+            if finished:
+                return
+            await asyncio.wait({job.done}, timeout=interval)
 
     def _record(self, outcome: p.Outcome) -> None:
-        if outcome.finish != "abort":
-            self.sim.stats.generated(self.key, self.req.rid, self.req.prompt_tokens, outcome.tokens)
-        elif self.job is None:
+        if self.ended:
+            return
+        self.ended = True
+        if outcome.finish == "abort":
             self.sim.stats.cancelled += 1
+        else:
+            self.sim.stats.generated(self.key, self.req.rid, self.req.prompt_tokens, outcome.tokens)
 
-    def _extras(self, outcome: p.Outcome) -> dict[str, Any]:
+    def _extras(self, outcome: p.Outcome, meta: bool) -> dict[str, Any]:
         sim, req = self.sim, self.req
         cached = sim.cached_tokens(self.key, req.prompt_tokens)
         spec = sim.spec_details(self.seed, outcome.tokens)
         usage = p.usage(req, outcome, sim.v, cached)
-        meta = self._meta_info(outcome, cached, spec, usage["reasoning_tokens"])
-        return {"usage": usage, "spec": spec, "meta_info": meta}
+        extras: dict[str, Any] = {"usage": usage, "spec": spec}
+        if meta:
+            extras["meta_info"] = self._meta_info(outcome, cached, spec, usage["reasoning_tokens"])
+        return extras
 
     def _meta_info(
         self, outcome: p.Outcome, cached: int | None, spec: dict[str, Any] | None, reasoning: int
     ) -> dict[str, Any]:
+        now = time.time()
         meta: dict[str, Any] = {
             "id": self.rid,
             "finish_reason": p.finish_object(outcome),
@@ -281,8 +317,8 @@ class _Run:
             "reasoning_tokens": reasoning,
             "weight_version": "default",
             ("total_retractions" if self.sim.v < (0, 5, 10) else "num_retractions"): 0,
-            "e2e_latency": time.time() - self.started,
-            "response_sent_to_client_ts": time.time(),
+            "e2e_latency": now - self.started,
+            "response_sent_to_client_ts": now,
         }
         if spec is not None:
             meta.update(spec)
@@ -290,13 +326,19 @@ class _Run:
 
     # -- non-streaming ----------------------------------------------------------------------------------------
     async def respond(self, request: web.Request) -> web.StreamResponse:
-        await self._wait()
+        if self.job is not None or self.fault == "stall":
+            try:
+                await self._wait()
+            except asyncio.CancelledError:
+                self._cancelled()
+                raise
         outcome = self._outcome()
         self._record(outcome)
-        extras = self._extras(outcome)
-        if self.req.route == "chat":
+        route = self.req.route
+        extras = self._extras(outcome, route == "generate" or self.req.return_meta_info)
+        if route == "chat":
             body = p.chat_response(self.req, outcome, self.rid, self.created, self.sim.v, extras)
-        elif self.req.route == "completions":
+        elif route == "completions":
             body = p.completion_response(self.req, outcome, self.rid, self.created, extras["usage"])
         else:
             body = self._generate_body(outcome, extras["meta_info"])
@@ -317,23 +359,31 @@ class _Run:
         render = {"chat": self._chat_events, "completions": self._completion_events}.get(
             self.req.route, self._generate_events
         )
+        # Instant streams go out in one write; timed, trickled and stalled ones flush every event.
+        paced = self.job is not None or self.fault == "stall" or self.sim.config.trickle_s > 0
         buffered = b""
         broken = self.fault in ("reset", "invalid_json")
         count = 0
-        async for events, final in render():
-            buffered += events
-            count += 1
-            if broken and count >= 2:
-                if self.fault == "reset":
-                    await response.write(buffered)
-                    _abort_transport(request)
+        try:
+            async for events, final in render():
+                buffered += events
+                count += 1
+                if broken and count >= 2:
+                    if self.fault == "reset":
+                        await response.write(buffered)
+                        _abort_transport(request)
+                        return response
+                    await response.write(buffered[:-7] + b"\n\n" + p.DONE)  # a cut-off JSON event
                     return response
-                await response.write(buffered[:-7] + b"\n\n" + p.DONE)  # a cut-off JSON event
-                return response
-            if self.job is not None or final:
-                await response.write(buffered)
-                buffered = b""
-        await response.write_eof()
+                if paced or final:
+                    await response.write(buffered)
+                    buffered = b""
+            await response.write_eof()
+        except asyncio.CancelledError:
+            self._cancelled()
+            raise
+        except ConnectionResetError:  # the client left between two events
+            self._cancelled()
         return response
 
     async def _chat_events(self) -> AsyncIterator[tuple[bytes, bool]]:
@@ -346,7 +396,7 @@ class _Run:
                 self._record(outcome)
                 out += chunks.finish(outcome)
                 if self.req.include_usage:
-                    out += chunks.usage(self._extras(outcome)["usage"])
+                    out += chunks.usage(self._extras(outcome, False)["usage"])
                 out += p.DONE
             yield out, finished
 
@@ -368,7 +418,7 @@ class _Run:
             if outcome is not None:
                 self._record(outcome)
                 if self.req.include_usage:
-                    usage = {k: v for k, v in self._extras(outcome)["usage"].items() if v is not None}
+                    usage = {k: v for k, v in self._extras(outcome, False)["usage"].items() if v is not None}
                     out += p.sse({**head, "choices": [], "usage": usage})
                 out += p.DONE
             yield out, finished
@@ -379,7 +429,7 @@ class _Run:
             if finished:
                 outcome = self._outcome()
                 self._record(outcome)
-                meta = self._extras(outcome)["meta_info"]
+                meta = self._extras(outcome, True)["meta_info"]
             else:
                 meta = {"id": self.rid, "finish_reason": None, "completion_tokens": tokens}
             out = p.sse({"text": content, "output_ids": p.output_ids(self.seed, tokens), "meta_info": meta})

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from . import protocol as p
 from .args import SimStartupError
 from .config import SimConfig, add_arguments, config_from_args
 from .generation import SIM, chat, completions, generate
@@ -93,15 +94,14 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 async def _abort_request(request: web.Request) -> web.Response:
-    sim = request.app[SIM]
-    body = orjson.loads(await request.read() or b"{}")
-    rids = list(sim.rids) if body.get("abort_all") else [str(body.get("rid"))]
-    for rid in rids:
-        if rid in sim.rids:
-            sim.aborted_rids.add(rid)
-            job = sim.rids[rid]
-            if job is not None and sim.engine is not None:
-                sim.engine.abort(job)
+    try:
+        body = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        return _json(p.bad_request("body: Input should be a valid dictionary").body(), 400)
+    rid = body.get("rid")
+    request.app[SIM].abort(None if rid is None else str(rid), bool(body.get("abort_all")))
     return web.Response(status=200)
 
 
@@ -174,20 +174,26 @@ class _Server:
     async def start(self) -> str:
         config = self.sim.config
         await self.runner.setup()
-        sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((config.host, config.port))
-        sock.setblocking(False)
+        sock = self._bind(config.port)
         self.sim.port = sock.getsockname()[1]
         # Bound but not listening: connections are refused, as while SGLang loads weights.
         self.site = web.SockSite(self.runner, sock)
         self.sim.on_die = self.die
+        self.sim.on_down = self.go_down
         if config.slow_start_s > 0:
             self._opener = asyncio.create_task(self._open_later(config.slow_start_s))
         else:
             await self._open()
         host = f"[{config.host}]" if ":" in config.host else config.host
         return f"http://{host}:{self.sim.port}"
+
+    def _bind(self, port: int) -> socket.socket:
+        host = self.sim.config.host
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.setblocking(False)
+        return sock
 
     async def _open(self) -> None:
         assert self.site is not None
@@ -204,6 +210,23 @@ class _Server:
 
     async def _die(self) -> None:
         await asyncio.sleep(0)  # let the response that reached the limit leave first
+        await self._unplug()
+        self.stopped.set()
+
+    def go_down(self, seconds: float) -> None:
+        """down_after reached: as `die`, then listen again on the same port after `seconds` (a restarted server)."""
+        self._opener = asyncio.get_running_loop().create_task(self._down(seconds))
+
+    async def _down(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+        await self._unplug()
+        self.sim.listening_at = None  # /health would say "not ready" if anyone could reach it
+        await asyncio.sleep(seconds)
+        self.site = web.SockSite(self.runner, self._bind(self.sim.port))
+        await self._open()
+
+    async def _unplug(self) -> None:
+        """Close the listening socket and abort every open connection."""
         if self.site is not None:
             with contextlib.suppress(RuntimeError):
                 await self.site.stop()
@@ -213,7 +236,6 @@ class _Server:
                 transport = handler.transport
                 if transport is not None:
                     transport.abort()
-        self.stopped.set()
 
     async def close(self) -> None:
         if self._opener is not None:

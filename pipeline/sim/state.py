@@ -6,6 +6,8 @@ The HTTP layer (`server.py`) owns sockets and routes; this module owns what `/se
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import sys
@@ -29,6 +31,34 @@ from .faults import FaultPlan
 from .stats import Stats
 
 MAX_TOTAL_NUM_TOKENS = 1_048_576
+
+
+class Inflight:
+    """One in-flight generation as `/abort_request` sees it: its decode job, and a way to wake it when aborted."""
+
+    __slots__ = ("_wake", "aborted", "job")
+
+    def __init__(self) -> None:
+        self.aborted = False
+        self.job: Job | None = None
+        self._wake: asyncio.Event | None = None  # made only by a request that actually waits
+
+    def abort(self, engine: Engine | None) -> None:
+        self.aborted = True
+        if self.job is not None and engine is not None:
+            engine.abort(self.job)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def pause(self, seconds: float | None) -> None:
+        """Sleep `seconds` (None: for ever), returning early once the request is aborted."""
+        if self.aborted:
+            return
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
 
 class Sim:
@@ -62,6 +92,7 @@ class Sim:
             p_empty=config.p_empty,
             p_answer_in_reasoning=config.p_answer_in_reasoning,
             p_invalid_json=config.p_invalid_json,
+            p_stall=config.p_stall,
         )
         self.stats = Stats()
         self.old_shape = config.old_stream_shape or self.v < (0, 5, 10)
@@ -73,16 +104,22 @@ class Sim:
         self.listening_at: float | None = None  # monotonic time the port opened
         self.draining = False
         self.dead = False
-        self.rids: dict[str, Job | None] = {}
-        self.aborted_rids: set[str] = set()
+        self.inflight: dict[str, Inflight] = {}  # by rid (the client's, or the generated id)
         self.seen_prompts: set[str] = set()
         self.on_die: Callable[[], None] | None = None
+        self.on_down: Callable[[float], None] | None = None
+        self.went_down = False
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def healthy(self) -> bool:
         if self.draining or self.dead or self.listening_at is None:
             return False
         return time.monotonic() >= self.listening_at + self.config.warmup_s
+
+    @property
+    def counts_exactly(self) -> bool:
+        """Whether a response-count limit is armed (each response is then sent in full before it is counted)."""
+        return self.config.die_after is not None or (self.config.down_after is not None and not self.went_down)
 
     def count_response(self) -> None:
         self.stats.responses += 1
@@ -91,6 +128,18 @@ class Sim:
             self.dead = True
             if self.on_die is not None:
                 self.on_die()
+        down = self.config.down_after
+        if down is not None and self.stats.responses >= down and not self.went_down and not self.dead:
+            self.went_down = True
+            self.stats.faults["down"] += 1
+            if self.on_down is not None:
+                self.on_down(self.config.down_for_s)
+
+    def abort(self, rid: str | None, abort_all: bool = False) -> None:
+        """`/abort_request`: stop the named in-flight generation (or all); unknown rids are ignored, as in SGLang."""
+        targets = list(self.inflight.values()) if abort_all else [self.inflight[rid]] if rid in self.inflight else []
+        for inflight in targets:
+            inflight.abort(self.engine)
 
     def log(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)

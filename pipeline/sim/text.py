@@ -8,6 +8,7 @@ even a long trace costs a slice and a concatenation, never a Python loop per wor
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -98,20 +99,19 @@ def count_prompt_tokens(messages: Any) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What the model will emit for one request if nothing stops it."""
+    """What the model will emit for one request if nothing stops it.
 
-    reasoning: str  # thinking text, 4 chars per token
-    content: str  # answer text after </think>, 4 chars per token
+    The text is not materialized: a plan is two token counts and where its text starts in the shared block, and
+    `raw_prefix` slices only the part a response shows (a 16-token reply never copies a 6,000-token trace).
+    """
+
+    reasoning_tokens: int  # thinking, 4 chars per token
+    content_tokens: int  # answer after </think>, 4 chars per token
     thinking: bool  # whether a </think> token separates them
     answer_in_reasoning: bool = False  # no </think>: the answer stays inside the think block
-
-    @property
-    def reasoning_tokens(self) -> int:
-        return len(self.reasoning) // CHARS_PER_TOKEN
-
-    @property
-    def content_tokens(self) -> int:
-        return len(self.content) // CHARS_PER_TOKEN
+    reasoning_at: int = 0  # sentence index where the thinking text starts
+    content_at: int = 0  # sentence index where the answer's running text starts
+    answer_number: int = 0
 
     @property
     def natural_tokens(self) -> int:
@@ -119,43 +119,67 @@ class Plan:
         closes = self.thinking and not self.answer_in_reasoning
         return self.reasoning_tokens + (1 if closes else 0) + self.content_tokens + 1
 
+    @property
+    def reasoning(self) -> str:
+        """The whole thinking text (with the answer-in-reasoning fault, the answer too)."""
+        return self.reasoning_text(self.reasoning_tokens + (self.content_tokens if self.answer_in_reasoning else 0))
+
+    @property
+    def content(self) -> str:
+        """The whole answer text ("" when the answer stays inside the think block)."""
+        return "" if self.answer_in_reasoning else self.content_text(self.content_tokens)
+
+    def reasoning_text(self, tokens: int) -> str:
+        """The first `tokens` tokens of thinking (continuing into the answer under answer-in-reasoning)."""
+        own = min(tokens, self.reasoning_tokens)
+        out = _slice(self.reasoning_at, own * CHARS_PER_TOKEN)
+        if tokens > own and self.answer_in_reasoning:
+            out += self.content_text(tokens - own)
+        return out
+
+    def content_text(self, tokens: int) -> str:
+        """The first `tokens` tokens of the answer: "The answer is N." then running text, padded to 4 per token."""
+        n = min(tokens, self.content_tokens) * CHARS_PER_TOKEN
+        if n <= 0:
+            return ""
+        head = f"\n\nThe answer is {self.answer_number}. "
+        if n <= len(head):
+            return head[:n]
+        return (head + _slice(self.content_at, n - len(head))).ljust(n)
+
+
+EMPTY_PLAN = Plan(0, 0, thinking=False)
+
 
 def make_plan(seed: int, mean_tokens: int, thinking: bool) -> Plan:
     """A deterministic plan from `seed`: lognormal total length around `mean_tokens`, most of it reasoning."""
     u1, u2 = _uniform(seed, 1), _uniform(seed, 2)
-    sigma = 0.6
-    normal = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-    median = max(1.0, mean_tokens) / math.exp(sigma * sigma / 2.0)
-    total = max(12, int(median * math.exp(sigma * normal)))
+    normal = math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
+    median = max(1.0, mean_tokens) * _MEDIAN_FACTOR
+    total = max(12, int(median * math.exp(_SIGMA * normal)))
     answer_number = seed % 1000
     if not thinking:
-        return Plan("", _content(seed, total, answer_number), thinking=False)
+        return Plan(0, total, False, False, 0, seed, answer_number)
     content_tokens = max(10, min(400, total // 10))
     reasoning_tokens = max(1, total - content_tokens)
-    reasoning = _slice(seed, reasoning_tokens * CHARS_PER_TOKEN)
-    return Plan(reasoning, _content(seed >> 7, content_tokens, answer_number), thinking=True)
+    return Plan(reasoning_tokens, content_tokens, True, False, seed, seed >> 7, answer_number)
 
 
-def _content(seed: int, tokens: int, answer_number: int) -> str:
-    n = tokens * CHARS_PER_TOKEN
-    head = f"\n\nThe answer is {answer_number}. "
-    text = head + _slice(seed, max(0, n - len(head)))
-    return text[:n].ljust(n)
+_SIGMA = 0.6
+_MEDIAN_FACTOR = 1.0 / math.exp(_SIGMA * _SIGMA / 2.0)
+_TWO_PI = 2.0 * math.pi
 
 
 def with_answer_in_reasoning(plan: Plan) -> Plan:
     """The fault: the model never closes its think block, so the answer lands in the reasoning."""
-    return Plan(plan.reasoning + plan.content, "", thinking=True, answer_in_reasoning=True)
+    return dataclasses.replace(plan, thinking=True, answer_in_reasoning=True)
 
 
 def raw_prefix(plan: Plan, tokens: int) -> tuple[str, str, bool]:
     """The first `tokens` tokens split as (reasoning text, content text, think block closed)."""
-    r = plan.reasoning_tokens
     if not plan.thinking:
-        return "", plan.content[: tokens * CHARS_PER_TOKEN], False
-    if tokens <= r:
-        return plan.reasoning[: tokens * CHARS_PER_TOKEN], "", False
-    if plan.answer_in_reasoning:
-        return plan.reasoning, "", False
-    rest = tokens - r - 1
-    return plan.reasoning, plan.content[: rest * CHARS_PER_TOKEN], True
+        return "", plan.content_text(tokens), False
+    r = plan.reasoning_tokens
+    if tokens <= r or plan.answer_in_reasoning:
+        return plan.reasoning_text(tokens), "", False
+    return plan.reasoning_text(r), plan.content_text(tokens - r - 1), True
