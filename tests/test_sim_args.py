@@ -147,3 +147,31 @@ def test_from_argv_round_trip_and_rejection() -> None:
         SimConfig.from_argv(["--mamba-scheduler-strategy", "extra_buffer"])
     config = SimConfig.from_argv(["--sim-version", "0.5.19", "--mamba-scheduler-strategy", "extra_buffer"])
     assert config.version == "0.5.19"
+
+
+def test_from_argv_reads_the_stall_trickle_and_down_knobs() -> None:
+    argv = ["--fail-stall", "0.25", "--trickle-s", "0.5", "--down-after", "3", "--down-for", "2"]
+    config = SimConfig.from_argv(argv)
+    assert (config.p_stall, config.trickle_s, config.down_after, config.down_for_s) == (0.25, 0.5, 3, 2.0)
+    assert SimConfig.from_argv([]).down_for_s == 5.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--help"], "unrecognized arguments: --help"),
+        (["--port", "eighty"], "argument --port: invalid int value: 'eighty'"),
+        (["--speculative-algorithm", "MEDUSA"], "argument --speculative-algorithm: invalid choice: 'MEDUSA'"),
+        (["--fail-stall", "1.5"], r"argument --fail-stall: probability must be in \[0, 1\], got 1.5"),
+        (["--trickle-s", "-1"], "argument --trickle-s: seconds must be at least 0, got -1"),
+        (["--fail-500", "0.6", "--fail-hang", "0.6"], "the --fail-\\* probabilities must sum to at most 1, got 1.2"),
+        (["--max-running-requests"], "argument --max-running-requests: expected one argument"),
+    ],
+    ids=["unknown", "help", "bad-int", "bad-choice", "probability", "negative-seconds", "fault-sum", "missing-value"],
+)
+def test_from_argv_raises_instead_of_exiting(argv: list[str], message: str) -> None:
+    # preflight and `url = "sim"` endpoints call this in-process: a SystemExit would end the whole run
+    with pytest.raises(SimStartupError, match=message) as info:
+        SimConfig.from_argv(argv)
+    assert info.value.kind == "argparse" and info.value.exit_code == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -208,5 +209,47 @@ def test_abort_request_gives_graceful_abort() -> None:
             body = (await task).json()
             assert body["id"] == "r1" and body["choices"][0]["finish_reason"] == "abort"
             assert 0 < body["usage"]["completion_tokens"] < 1000
+            stats = (await c.get("/_sim/stats")).json()
+            assert stats["cancelled"] == 1 and stats["generations_total"] == 0 and stats["running"] == 0
+
+    asyncio.run(main())
+
+
+def test_down_after_n_then_recovers_on_the_same_port() -> None:
+    async def main() -> None:
+        cfg = SimConfig(down_after=2, down_for_s=0.4, warmup_s=1.0, mean_output_tokens=20)
+        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection per request: sees the port state
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url, limits=limits) as c:
+            for i in range(2):
+                assert (await c.post("/v1/chat/completions", json=_body(i))).status_code == 200
+            await asyncio.sleep(0.05)
+            with pytest.raises(httpx.ConnectError):
+                await c.post("/v1/chat/completions", json=_body(3))
+            for _ in range(100):
+                with contextlib.suppress(httpx.ConnectError):
+                    health = await c.get("/health")
+                    break
+                await asyncio.sleep(0.02)
+            assert health.status_code == 503  # warming up again, like a restarted SGLang
+            for i in range(3, 6):  # once: it stays up past another N responses
+                assert (await c.post("/v1/chat/completions", json=_body(i))).status_code == 200
+            stats = (await c.get("/_sim/stats")).json()
+            assert stats["faults"]["down"] == 1 and stats["generations_total"] == 5
+
+    asyncio.run(main())
+
+
+def test_down_drops_an_open_stream() -> None:
+    async def main() -> None:
+        cfg = SimConfig(down_after=1, down_for_s=0.3, trickle_s=0.05, mean_output_tokens=400)
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url, timeout=5) as c:
+            async with c.stream("POST", "/v1/chat/completions", json=_body(stream=True)) as r:
+                await c.post("/v1/chat/completions", json=_body(1, max_tokens=5))  # the Nth response: down
+                with pytest.raises(httpx.RemoteProtocolError):
+                    async for _ in r.aiter_lines():
+                        pass
+            await asyncio.sleep(0.35)
+            stats = (await c.get("/_sim/stats")).json()
+            assert stats["cancelled"] == 1 and stats["in_flight"] == 0
 
     asyncio.run(main())

@@ -71,7 +71,11 @@ def test_help_documents_every_flag() -> None:
         "--fail-empty",
         "--fail-answer-in-reasoning",
         "--fail-invalid-json",
+        "--fail-stall",
+        "--trickle-s",
         "--die-after",
+        "--down-after",
+        "--down-for",
         "--slow-start",
         "--warmup",
     ):
