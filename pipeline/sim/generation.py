@@ -32,8 +32,8 @@ def _json_response(body: bytes, status: int = 200) -> web.Response:
 
 
 async def _read_body(request: web.Request) -> dict[str, Any]:
-    media = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-    if media != "application/json":
+    media = request.headers.get("Content-Type", "")
+    if media != "application/json" and media.split(";", 1)[0].strip().lower() != "application/json":
         raise p.bad_request("Unsupported Media Type: Only 'application/json' is allowed")
     raw = await request.read()
     try:

@@ -85,8 +85,41 @@ def _int(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
+_SAMPLING_KEYS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "seed",
+        "sampling_seed",
+    }
+)
+_NO_SAMPLING: tuple[Any, ...] = (None, None, None, None, None)
+# Chat fields that change the output's shape; a body with none of them (the common case) skips their parsing.
+_CHAT_SHAPE_KEYS = frozenset(
+    {
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "reasoning",
+        "separate_reasoning",
+        "stream_reasoning",
+        "return_meta_info",
+        "return_spec_tokens_details",
+    }
+)
+
+
 def check_sampling(body: dict[str, Any]) -> tuple[Any, ...]:
     """SGLang's sampling-parameter ValueErrors (400 BadRequest); returns the part of the params that shapes output."""
+    if body.keys().isdisjoint(_SAMPLING_KEYS):
+        return _NO_SAMPLING
     temperature = _number(body, "temperature")
     top_p = _number(body, "top_p")
     top_k = _number(body, "top_k")
@@ -168,15 +201,11 @@ def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | No
     model = str(body.get("model") or "default")
     _check_model(model, served, v)
     sampling = check_sampling(body)
-    kwargs = dict(body.get("chat_template_kwargs") or {})
-    effort, reasoning = body.get("reasoning_effort"), body.get("reasoning")
-    if effort is not None:
-        kwargs.setdefault("enable_thinking", effort != "none")
-    if isinstance(reasoning, dict) and reasoning.get("enabled") is not None:
-        kwargs.setdefault("enable_thinking", bool(reasoning["enabled"]))
-    enable_thinking = kwargs.get("enable_thinking")
     stream_options = body.get("stream_options") or {}
     prompt_tokens = text.count_prompt_tokens(messages)
+    plain = body.keys().isdisjoint(_CHAT_SHAPE_KEYS)
+    enable_thinking = None if plain else _enable_thinking(body)
+    kwargs = {} if plain else body.get("chat_template_kwargs") or {}
     return GenRequest(
         route="chat",
         messages=messages,
@@ -189,13 +218,24 @@ def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | No
         rid=_rid(body),
         thinking=enable_thinking is not False,
         force_reasoning=parser is not None and (parser in ALWAYS_FORCE_PARSERS or enable_thinking is not False),
-        separate_reasoning=parser is not None and body.get("separate_reasoning", True) is not False,
-        stream_reasoning=body.get("stream_reasoning", True) is not False,
-        force_nonempty_content=bool(kwargs.get("force_nonempty_content")) and v >= (0, 5, 23),
-        return_meta_info=bool(body.get("return_meta_info")) and v >= (0, 5, 14),
-        return_spec_details=bool(body.get("return_spec_tokens_details")) and v >= (0, 5, 19),
+        separate_reasoning=parser is not None and (plain or body.get("separate_reasoning", True) is not False),
+        stream_reasoning=plain or body.get("stream_reasoning", True) is not False,
+        force_nonempty_content=not plain and bool(kwargs.get("force_nonempty_content")) and v >= (0, 5, 23),
+        return_meta_info=not plain and bool(body.get("return_meta_info")) and v >= (0, 5, 14),
+        return_spec_details=not plain and bool(body.get("return_spec_tokens_details")) and v >= (0, 5, 19),
         prompt_tokens=prompt_tokens,
     )
+
+
+def _enable_thinking(body: dict[str, Any]) -> Any:
+    """`chat_template_kwargs.enable_thinking`, filled in from `reasoning_effort` / `reasoning.enabled` (setdefault)."""
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    effort, reasoning = body.get("reasoning_effort"), body.get("reasoning")
+    if effort is not None:
+        kwargs.setdefault("enable_thinking", effort != "none")
+    if isinstance(reasoning, dict) and reasoning.get("enabled") is not None:
+        kwargs.setdefault("enable_thinking", bool(reasoning["enabled"]))
+    return kwargs.get("enable_thinking")
 
 
 def _rid(body: dict[str, Any]) -> str | None:
