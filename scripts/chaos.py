@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """Chaos test: run `regen run` against a simulator, kill it at random moments, resume, check exactly-once.
 
-    python scripts/chaos.py --prompts 2000 --kills 10            # the long version
-    python scripts/chaos.py --prompts 300 --kills 3 --json       # what the test suite runs
+    python scripts/chaos.py --prompts 3000 --kills 12 --max-workers 3    # the long version
+    python scripts/chaos.py --prompts 300 --kills 3 --max-workers 2 --json   # what the test suite runs
 
-Each round starts `regen run` as a subprocess (with 1..--max-workers workers, the count changing between rounds),
-waits a random moment, then SIGKILLs it (or SIGTERM/SIGINT, some of the time). After the rounds a final run
-finishes the rest. Then: every input id must be in exactly one of shards/rejects, every committed file must read,
-and the simulator's per-prompt generation counts give the wasted work (a prompt generated more than once).
+Each round starts `regen run` as subprocesses (1..--max-workers workers, the count changing between rounds) and
+signals them at a random moment: mostly SIGKILL, sometimes SIGTERM/SIGINT (a clean drain). The moment is a random
+number of completions into the round (so a kill lands mid-run whatever the speed), or now and then a random time
+right after the start (a kill during open/recovery). Every other round uses tiny shards (`--small-shard-rows`),
+so part commits and journal rotations are frequent, and those rounds are signalled the moment a new part file
+appears (a commit has just renamed it; the journal rotation follows). After each kill the RUN_DIR is examined for
+that window (a journal whose part is already committed: killed between the rename and the rotation). A final
+run finishes the rest. Then: every input id must be in exactly one of shards/rejects, and every committed file
+must read whole.
+
+Wasted work is measured, not inferred: the simulator counts every generation that ran to its end, and every final
+row records the attempts it took, so `generations_total - sum(attempts)` is what the kills threw away. The bound it
+is checked against, per kill, is the requests in flight (`concurrency` per worker) plus `sync_interval_s` of
+completions at the rate measured during the rounds.
 """
 
 from __future__ import annotations
@@ -16,19 +26,40 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
+CONCURRENCY = 32
+SIM_FLAGS = ["--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "400"]
+_JOURNAL = re.compile(r"^worker-(\d+)\.(\d+)\.jsonl$")
+
+
+@dataclass
+class Round:
+    workers: int
+    signal: str
+    shard_rows: int
+    early: bool  # signalled during startup, before waiting for completions
+    aim_commit: bool  # after the target, signalled the moment a new part file appears (a commit in progress)
+    landed: bool = False  # some process was still running when signalled
+    generated: int = 0  # completions the simulator finished during the round
+    seconds: float = 0.0  # from the round's first completion to the signal
+    in_flight: int = 0  # simulator requests in flight just before the signal
+    commit_window: bool = False  # the kill left a journal whose part was already committed
+    exits: list[int] = field(default_factory=list)
 
 
 def start_sim(args: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -36,7 +67,11 @@ def start_sim(args: list[str]) -> tuple[subprocess.Popen[str], str]:
         [sys.executable, "-m", "pipeline.sim", "--port", "0", *args], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http://"):
+        proc.kill()
+        raise RuntimeError(f"the simulator did not start: {url!r}")
+    return proc, url
 
 
 def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int) -> Path:
@@ -50,98 +85,225 @@ def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int) -
         f"row_group_rows = 16\nsync_interval_s = {sync_s}\n"
         '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 2048\n'
         "[client]\nbackoff_base_s = 0.01\nbackoff_max_s = 0.1\ndrain_timeout_s = 5\n"
-        f'[[endpoints]]\nurl = "{url}"\nconcurrency = 32\n'
+        f'[[endpoints]]\nurl = "{url}"\nconcurrency = {CONCURRENCY}\n'
     )
     return cfg
 
 
-def check(run_dir: Path, n: int) -> dict[str, object]:
+def sim_stats(url: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{url}/_sim/stats", timeout=10).json())
+
+
+def run_argv(cfg: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress", *extra]
+
+
+def one_round(cfg: Path, url: str, rnd: Round, target: int, rng: random.Random) -> None:
+    """Start the round's workers, signal them once `target` more completions are done (or early), reap them."""
+    procs = [
+        subprocess.Popen(
+            run_argv(cfg, "--worker-index", str(i), "--num-workers", str(rnd.workers))
+            + ["--set", f"output.shard_rows={rnd.shard_rows}"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(rnd.workers)
+    ]
+    start = sim_stats(url)["generations_total"]
+    if rnd.early:
+        time.sleep(rng.uniform(0.05, 1.2))
+        now = sim_stats(url)
+    else:
+        now, first = _wait_for(url, procs, start, target)
+        rnd.seconds = time.monotonic() - first
+        if rnd.aim_commit:
+            _wait_for_commit(cfg.parent / "run", procs)
+    rnd.in_flight = now["in_flight"]
+    rnd.landed = any(p.poll() is None for p in procs)
+    for proc in procs:
+        proc.send_signal(getattr(signal, rnd.signal))
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        rnd.exits.append(proc.returncode)
+    rnd.generated = sim_stats(url)["generations_total"] - start
+
+
+def _wait_for(url: str, procs: list[subprocess.Popen[bytes]], start: int, target: int) -> tuple[dict[str, Any], float]:
+    """Poll the simulator until `target` completions past `start` (or every process exited, or 60 s)."""
+    first: float | None = None
+    deadline = time.monotonic() + 60
+    while True:
+        now = sim_stats(url)
+        done = now["generations_total"] - start
+        if first is None and done > 0:
+            first = time.monotonic()
+        if done >= target or time.monotonic() > deadline or all(p.poll() is not None for p in procs):
+            return now, first if first is not None else time.monotonic()
+        time.sleep(0.02)
+
+
+def _wait_for_commit(run_dir: Path, procs: list[subprocess.Popen[bytes]], timeout: float = 2.0) -> None:
+    """Busy-poll shards/ and rejects/ until a part file appears: a commit has just renamed it, and the journal
+    rotation follows within milliseconds, so a kill now often lands in between."""
+    dirs = [run_dir / "shards", run_dir / "rejects"]
+    before = {name for d in dirs for name in os.listdir(d)}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        if any(n.startswith("part-") and n not in before for d in dirs for n in os.listdir(d)):
+            return
+
+
+def in_commit_window(run_dir: Path) -> set[tuple[int, int]]:
+    """(worker, seq) of each journal whose seq already has a committed part: the kill fell between a part's rename
+    and the journal's rotation (one or both parts of the seq renamed; the journal not yet deleted)."""
+    committed = set()
+    for sub in ("shards", "rejects"):
+        for path in (run_dir / sub).glob("part-w*.parquet"):
+            worker, seq = path.name.split("-")[1:3]
+            committed.add((int(worker[1:]), int(seq)))
+    journals = run_dir / "journal"
+    found = [_JOURNAL.match(p.name) for p in journals.iterdir()] if journals.is_dir() else []
+    return {(int(m[1]), int(m[2])) for m in found if m} & committed
+
+
+def check(run_dir: Path, n: int) -> dict[str, Any]:
+    """The invariant over the finished RUN_DIR: every id exactly once, every committed file readable whole."""
     counts: Counter[str] = Counter()
-    files = 0
+    files = unreadable = attempts = 0
     for sub in ("shards", "rejects"):
         for path in (run_dir / sub).glob("*.parquet"):
-            counts.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
             files += 1
+            try:
+                table = pq.read_table(path)
+            except Exception:  # any failure to read is what we count
+                unreadable += 1
+                continue
+            counts.update(table.column("id").to_pylist())
+            attempts += sum(a or 0 for a in table.column("attempts").to_pylist())
     expected = {f"c{i:06d}" for i in range(n)}
     return {
         "files": files,
+        "unreadable": unreadable,
         "rows": sum(counts.values()),
         "duplicates": sum(v - 1 for v in counts.values() if v > 1),
         "missing": len(expected - set(counts)),
         "unexpected": len(set(counts) - expected),
+        "attempts": attempts,
+        "leftover_journals": len(list((run_dir / "journal").glob("*.jsonl"))),
     }
 
 
-def chaos(prompts: int, kills: int, max_workers: int, seed: int, decode_rate: int, sync_s: float) -> dict[str, object]:
+def plan_round(rng: random.Random, k: int, max_workers: int, small: int, normal: int) -> Round:
+    return Round(
+        workers=rng.randint(1, max_workers),
+        signal=rng.choices(["SIGKILL", "SIGTERM", "SIGINT"], weights=[6, 1, 1])[0],
+        shard_rows=small if k % 2 else normal,
+        early=(early := rng.random() < 0.15),
+        aim_commit=bool(k % 2) and not early,
+    )
+
+
+def chaos(
+    prompts: int, kills: int, max_workers: int, seed: int, decode_rate: int, sync_s: float, small_shard_rows: int
+) -> dict[str, Any]:
+    """Run the rounds and the final run in a fresh temp dir; return `report()`'s figures."""
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="regen-chaos-"))
-    sim_args = ["--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "400"]
-    sim, url = start_sim([*sim_args, "--decode-rate", str(decode_rate), "--max-running-requests", "64"])
+    sim, url = start_sim([*SIM_FLAGS, "--decode-rate", str(decode_rate), "--max-running-requests", "64"])
     try:
-        cfg = write_inputs(work, prompts, url, sync_s, shard_rows=max(20, prompts // 12))
-        signals = []
-        for _ in range(kills):
-            workers = rng.randint(1, max_workers)
-            procs = [
-                subprocess.Popen(
-                    [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"]
-                    + ["--worker-index", str(i), "--num-workers", str(workers)],
-                    cwd=ROOT,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                for i in range(workers)
-            ]
-            time.sleep(rng.uniform(0.8, 3.0))
-            sig = rng.choices([signal.SIGKILL, signal.SIGTERM, signal.SIGINT], weights=[6, 1, 1])[0]
-            signals.append(sig.name)
-            for proc in procs:
-                proc.send_signal(sig)
-            for proc in procs:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        final = subprocess.run(
-            [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        stats = httpx.get(f"{url}/_sim/stats", timeout=10).json()
-        result = check(work / "run", prompts)
-        result.update(
-            final_exit=final.returncode,
-            final_stderr=final.stderr[-2000:] if final.returncode else "",
-            kills=kills,
-            signals=dict(Counter(signals)),
-            generations=stats["generations_total"],
-            wasted_generations=stats["duplicate_generations"],
-            wasted_per_kill=stats["duplicate_generations"] / max(1, kills),
-            work_dir=str(work),
-        )
-        return result
+        normal = max(20, prompts // 12)
+        cfg = write_inputs(work, prompts, url, sync_s, shard_rows=normal)
+        rounds = []
+        windows: set[tuple[int, int]] = set()
+        for k in range(kills):
+            rnd = plan_round(rng, k, max_workers, small_shard_rows, normal)
+            remaining = prompts - sim_stats(url)["generations_total"]
+            target = max(1, int(rng.uniform(0.3, 1.2) * remaining / (kills - k + 1)))
+            one_round(cfg, url, rnd, target, rng)
+            found = in_commit_window(work / "run")
+            rnd.commit_window = bool(found - windows)  # a round that never started leaves the last one's state
+            windows = found
+            rounds.append(rnd)
+        started = time.monotonic()
+        final = subprocess.run(run_argv(cfg), cwd=ROOT, capture_output=True, text=True, timeout=900)
+        final_s = time.monotonic() - started
+        return report(work, prompts, rounds, final, final_s, sim_stats(url), sync_s)
     finally:
         sim.send_signal(signal.SIGKILL)
         sim.wait()
 
 
+def report(
+    work: Path,
+    prompts: int,
+    rounds: list[Round],
+    final: subprocess.CompletedProcess[str],
+    final_s: float,
+    stats: dict[str, Any],
+    sync_s: float,
+) -> dict[str, Any]:
+    result = check(work / "run", prompts)
+    timed = [r for r in rounds if r.seconds > 0.2]
+    rate = sum(r.generated for r in timed) / sum(r.seconds for r in timed) if timed else 0.0
+    bound = sum(r.workers * CONCURRENCY + rate * sync_s for r in rounds)
+    wasted = stats["generations_total"] - result["attempts"]
+    kills = len(rounds)
+    result.update(
+        final_exit=final.returncode,
+        final_stderr=final.stderr[-2000:] if final.returncode else "",
+        final_s=round(final_s, 2),
+        kills=kills,
+        kills_landed=sum(r.landed for r in rounds),
+        signals=dict(Counter(r.signal for r in rounds)),
+        early_kills=sum(r.early for r in rounds),
+        kills_aimed_at_commit=sum(r.aim_commit for r in rounds),
+        kills_in_commit_window=sum(r.commit_window for r in rounds),
+        small_shard_rounds=sum(r.shard_rows < max(20, prompts // 12) for r in rounds),
+        generations=stats["generations_total"],
+        duplicate_generations=stats["duplicate_generations"],  # includes the validator's own retries
+        wasted_generations=wasted,
+        wasted_per_kill=round(wasted / max(1, kills), 2),
+        completion_rate=round(rate, 1),
+        wasted_bound=round(bound, 1),
+        wasted_bound_per_kill=round(bound / max(1, kills), 1),
+        rounds=[r.__dict__ for r in rounds],
+        work_dir=str(work),
+    )
+    return result
+
+
+def ok(result: dict[str, Any]) -> bool:
+    clean = all(result[k] == 0 for k in ("duplicates", "missing", "unexpected", "unreadable", "final_exit"))
+    return clean and result["leftover_journals"] == 0 and result["wasted_generations"] <= result["wasted_bound"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=2000)
-    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--prompts", type=int, default=3000)
+    ap.add_argument("--kills", type=int, default=12)
     ap.add_argument("--max-workers", type=int, default=3)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
-    ap.add_argument("--decode-rate", type=int, default=60000, help="simulator aggregate tokens/s")
+    ap.add_argument("--decode-rate", type=int, default=30000, help="simulator aggregate tokens/s (64 running)")
     ap.add_argument("--sync-interval", type=float, default=1.0)
+    ap.add_argument("--small-shard-rows", type=int, default=4, help="shard_rows of every other round")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    result = chaos(args.prompts, args.kills, args.max_workers, args.seed, args.decode_rate, args.sync_interval)
+    result = chaos(
+        args.prompts,
+        args.kills,
+        args.max_workers,
+        args.seed,
+        args.decode_rate,
+        args.sync_interval,
+        args.small_shard_rows,
+    )
     print(json.dumps(result, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
-    ok = result["duplicates"] == 0 and result["missing"] == 0 and result["final_exit"] == 0
-    return 0 if ok else 1
+    return 0 if ok(result) else 1
 
 
 if __name__ == "__main__":
