@@ -268,6 +268,8 @@ def report(
         duplicate_generations=stats["duplicate_generations"],  # includes the validator's own retries
         wasted_generations=wasted,
         wasted_per_kill=round(wasted / max(1, kills), 2),
+        sigkills=(sigkills := sum(r.signal == "SIGKILL" for r in rounds)),
+        wasted_per_sigkill=round(wasted / max(1, sigkills), 2),  # a clean drain (SIGTERM/SIGINT) wastes ~nothing
         completion_rate=round(rate, 1),
         wasted_bound=round(bound, 1),
         wasted_bound_per_kill=round(bound / max(1, kills), 1),
