@@ -61,23 +61,31 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def timed(argv: list[str], **kw: Any) -> dict[str, float]:
-    """Wall, CPU and peak RSS of one child process (RSS via /usr/bin/time-free wait4)."""
+def _hwm_mb(pid: int) -> float:
+    """The process's own peak RSS (VmHWM). Not ru_maxrss: on Linux exec carries the forking parent's peak over."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def timed(argv: list[str], **kw: Any) -> dict[str, Any]:
+    """Wall time, CPU time and peak RSS of one child process."""
     cpu0, t0 = children_cpu(), time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
-    _, status, ru = os.wait4(proc.pid, 0)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _hwm_mb(proc.pid))
+        time.sleep(0.05)
     wall = time.monotonic() - t0
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
+    out, err = proc.communicate()
+    if proc.returncode != 0:
         raise RuntimeError(f"{argv[:6]} failed: {err[-2000:]}")
-    return {
-        "wall_s": wall,
-        "cpu_s": children_cpu() - cpu0,
-        "rss_mb": ru.ru_maxrss / 1024,
-        "stdout": out,
-        "end": time.time(),
-    }  # type: ignore[dict-item]
+    return {"wall_s": wall, "cpu_s": children_cpu() - cpu0, "rss_mb": peak, "stdout": out, "end": time.time()}
 
 
 def write_prompts(path: Path, n: int, chars: int = 200) -> None:

@@ -182,3 +182,33 @@ def test_through_sglang_router(tmp_path: Path, sim, router) -> None:
 
 
 _ = SimProcess
+
+
+def test_server_restarted_with_other_args_leaves_the_pool(tmp_path: Path, sim) -> None:
+    mtp = ("--speculative-algorithm", "EAGLE", "--mamba-radix-cache-strategy", "extra_buffer")
+    steady = sim(*SIM_FLAGS, *SLOW, *mtp, "--seed", "1")
+    changing = sim(*SIM_FLAGS, *SLOW, *mtp, "--seed", "2")
+    port = changing.url.rsplit(":", 1)[1]
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=300)
+    cfg = config(tmp_path, [steady.url, changing.url])
+    cfg.write_text(cfg.read_text() + '\n[expect]\nspeculative_algorithm = "EAGLE"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: changing.stats()["generations_total"] >= 10)
+    changing.proc.send_signal(signal.SIGKILL)
+    changing.proc.wait()
+    # the same port comes back without speculative decoding and with another mamba strategy
+    other = ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")
+    back = sim(*SIM_FLAGS, *SLOW, *other, "--seed", "2", "--port", port)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert back.stats()["generations_total"] == 0  # never used again
+    assert_exactly_once(tmp_path / "run", ids)
+    metrics = (tmp_path / "run" / "metrics" / "worker-0.jsonl").read_text()
+    assert "restarted with a different configuration" in metrics
+    assert "speculative_algorithm" in metrics
