@@ -34,6 +34,7 @@ from .reader import PromptReader
 from .records import BadInput, Prompt
 from .schema import bad_input_row
 from .store import DoneSet, RunStore, id_hashes, owns_many
+from .store.durable import output_errors
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -92,8 +93,9 @@ class Runner:
     async def main(self) -> RunSummary:
         reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
         files = [str(p) for p in reader.files()]
-        input_rows = await asyncio.to_thread(reader.check_duplicates)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        hashes = await asyncio.to_thread(self._scan, reader)
+        with output_errors(self.run_dir, "create the run directory"):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         begin_run(
             self.run_dir,
             self.cfg,
@@ -102,7 +104,7 @@ class Runner:
             extra={
                 "worker_index": self.opt.worker_index,
                 "num_workers": self.opt.num_workers,
-                "input": {"total": input_rows},
+                "input": {"total": len(hashes)},
             },
         )
         store = RunStore(
@@ -116,7 +118,8 @@ class Runner:
         )
         state = await asyncio.to_thread(store.open, retry_rejects=self.opt.retry_rejects)
         try:
-            total, pending = await asyncio.to_thread(self._count, reader, state.done)
+            total, pending = self._count(hashes, state.done)
+            del hashes
             self.metrics.total, self.metrics.already_done = total, total - pending
             if pending == 0:
                 return self._summary(store, interrupted=False)
@@ -137,13 +140,23 @@ class Runner:
             raise Interrupted("interrupted after a clean drain; rerun the same command to resume")
         return summary
 
-    def _count(self, reader: PromptReader, done: DoneSet) -> tuple[int, int]:
-        """Prompts this worker owns, and how many of them are not done yet (one cheap pass over the ids)."""
-        owned = []
-        for ids in reader.scan_ids():
-            hashes = id_hashes(ids)
-            owned.append(hashes[owns_many(hashes, self.opt.worker_index, self.opt.num_workers)])
-        mine = np.unique(np.concatenate(owned)) if owned else np.empty(0, dtype=np.uint64)  # input.dedupe repeats
+    def _scan(self, reader: PromptReader) -> np.ndarray:
+        """One pass over the input ids: their hashes (sorted, unique), after refusing duplicate ids.
+
+        Duplicates are found on the 64-bit hashes; only when some repeat does the reader make the passes that
+        confirm them on the real ids and name examples with their file and row (or drop them with dedupe).
+        """
+        parts = [id_hashes(ids) for ids in reader.scan_ids()]
+        hashes = np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.uint64)
+        del parts
+        if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
+            reader.check_duplicates()  # raises InputError naming examples, unless input.dedupe
+            hashes = np.unique(hashes)
+        return hashes
+
+    def _count(self, hashes: np.ndarray, done: DoneSet) -> tuple[int, int]:
+        """Prompts this worker owns, and how many of them are not done yet."""
+        mine = hashes[owns_many(hashes, self.opt.worker_index, self.opt.num_workers)]
         return len(mine), int((~done.contains_many(mine)).sum())
 
     @asynccontextmanager

@@ -131,5 +131,6 @@ def bad_input_row(bad: BadInput) -> dict[str, Any]:
 def to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
     """Rows (dicts keyed by column; missing keys are null) to a table of exactly `schema`."""
     rows = list(rows)
-    columns = {name: [row.get(name) for row in rows] for name in schema.names}
-    return pa.Table.from_pydict(columns, schema=schema)
+    # pa.array per column, not Table.from_pydict: the latter imports pandas (~1 s and ~60 MB of RSS).
+    arrays = [pa.array([row.get(f.name) for row in rows], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)

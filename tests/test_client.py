@@ -14,7 +14,14 @@ from pipeline.config import GenerationConfig
         ("just an answer", None, "stop", (None, "just an answer")),
         ("a</think>b</think>c", None, "stop", ("a", "b</think>c")),
     ],
-    ids=["parser-on", "parser-off-no-open-tag", "parser-off-open-tag", "truncated-parser-off", "no-tags", "first-close"],
+    ids=[
+        "parser-on",
+        "parser-off-no-open-tag",
+        "parser-off-open-tag",
+        "truncated-parser-off",
+        "no-tags",
+        "first-close",
+    ],
 )
 def test_split_reasoning(content: str, reasoning: str | None, finish: str, expected: tuple[str | None, str]) -> None:
     assert split_reasoning(content, reasoning, finish, thinking=True) == expected

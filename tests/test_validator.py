@@ -23,7 +23,16 @@ def comp(reasoning: str | None, answer: str, finish: str = "stop") -> Completion
         (comp("the answer is 42", ""), "answer_in_reasoning"),
         (comp(None, "42"), "empty_reasoning"),
     ],
-    ids=["ok", "truncated-thinking", "truncated-answer", "truncated-wins", "empty", "whitespace", "in-reasoning", "no-reasoning"],
+    ids=[
+        "ok",
+        "truncated-thinking",
+        "truncated-answer",
+        "truncated-wins",
+        "empty",
+        "whitespace",
+        "in-reasoning",
+        "no-reasoning",
+    ],
 )
 def test_reasons_and_precedence(completion: Completion, reason: str | None) -> None:
     verdict = validate(completion, CFG, thinking=True)

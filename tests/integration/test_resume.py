@@ -112,9 +112,6 @@ def test_a_second_process_on_the_same_worker_index_exits_4(tmp_path: Path, sim: 
     assert_exactly_once(tmp_path / "run", ids)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="pipeline/runner.py calls run_dir.mkdir() outside the OSError → OutputError translation"
-)
 def test_output_dir_under_a_regular_file_is_a_clear_error(tmp_path: Path, sim: Sim) -> None:
     write_prompts(tmp_path / "prompts.jsonl", n=5)
     blocker = tmp_path / "not-a-dir"
