@@ -87,20 +87,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-rows", type=int, default=10_000, metavar="N")
     p.add_argument("--rejects", action="store_true", help="merge rejects/ too")
 
-    p = sub.add_parser("sim", help="run the SGLang simulator", add_help=True)
+    # The simulator's flags are its own parser, built only for `regen sim` (it imports the whole simulator).
+    sub.add_parser("sim", help="run the SGLang simulator (regen sim --help for its flags)", add_help=False)
+    return parser
+
+
+def sim_parser() -> argparse.ArgumentParser:
     from .sim import add_arguments
 
-    add_arguments(p)
+    parser = argparse.ArgumentParser(prog="regen sim", description="An SGLang server simulator (shared/SGLANG.md).")
+    add_arguments(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sim"]:
+        args = sim_parser().parse_args(argv[1:])
+        args.command = "sim"
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(COMMANDS[args.command](args) or 0)
     except Interrupted as exc:
         print(f"regen: {exc}", file=sys.stderr)
-        print(f"resume with: regen {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}", file=sys.stderr)
+        print(f"resume with: regen {' '.join(shlex.quote(a) for a in argv)}", file=sys.stderr)
         return exc.exit_code
     except RegenError as exc:
         print(f"regen: error: {exc}", file=sys.stderr)
