@@ -21,7 +21,7 @@ from pipeline.inspection import (
     parse_where,
     run_status,
 )
-from pipeline.inspection.scan import looping_text
+from pipeline.inspection.textfacts import looping_text
 from pipeline.inspection.textview import elide
 
 

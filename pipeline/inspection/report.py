@@ -66,7 +66,8 @@ def _summary(r: dict[str, Any]) -> str:
         "<li>finish reasons: " + _e(", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items())) + "</li>",
         f"<li>empty answers: {r['empty_answers']['rows']:,}; short answers (&lt; "
         f"{r['short_answers']['threshold_bytes']} bytes): {r['short_answers']['rows']:,}; looping: "
-        f"{r['repetition']['rows']:,}; answers shared by {r['duplicates_answers']['min_prompts']}+ prompts: "
+        f"{r['repetition']['rows']:,} (checked {r['repetition']['checked']:,} of {r['repetition']['of']:,} rows); "
+        f"answers shared by {r['duplicates_answers']['min_prompts']}+ prompts: "
         f"{r['duplicates_answers']['rows']:,}</li>",
     ]
     items += [f'<li class="warn">{_e(w)}</li>' for w in r["warnings"]]

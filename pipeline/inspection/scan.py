@@ -1,10 +1,15 @@
 """One streaming, column-selective pass over committed files into a compact per-row frame.
 
-Text is read batch by batch and reduced at once to a few numbers per row (lengths, an answer hash, a looping
-flag), so memory is ~60 bytes per row however long the completions are. Text is handled as UTF-8 bytes (lengths
-come from Arrow offsets, tails are byte slices), so lengths are bytes: characters for ASCII, more for others.
-Everything inspect reports is computed from the frame afterwards (stats.py); rows are located again by
-(file, row) when a sample needs their text. Files are scanned by a few threads (Arrow decoding releases the GIL).
+Every row contributes its numeric columns and its answer, reduced at once to a few numbers (trimmed byte length,
+a fingerprint); memory is ~70 bytes per row however long the completions are. The text-heavy check (degenerate
+repetition, which needs the reasoning: most of a run's bytes) runs on a deterministic sample of row groups per
+file, up to TEXT_SAMPLE_ROWS rows, spread over the file; the frame marks which rows were checked, so rates are
+"looping rows of checked rows" and every shard is still judged on rows of its own. Answers whose fingerprint is
+shared by SHARED_MIN_PROMPTS accepted rows are then read again and compared exactly (few rows in a healthy run).
+
+Lengths are UTF-8 bytes (from Arrow offsets): characters for ASCII, more for others. Everything inspect reports
+is computed from the frame afterwards (stats.py); rows are located again by (file, row) when a sample needs
+their text. Files are scanned by a few threads (Arrow decoding releases the GIL).
 """
 
 from __future__ import annotations
@@ -13,25 +18,25 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from . import textfacts
+from .frame import TOKENS, Frame, FrameBuilder
 from .rundir import DataFile
 from .where import Where
 
-BATCH_ROWS = 8192
+BATCH_ROWS = 4096
 SCAN_THREADS = min(4, os.cpu_count() or 1)
-TAIL_CHARS = 1200  # how much of a text's end the looping check looks at
-PROBE_CHARS = 40  # the closing phrase that must recur to call a text a loop
-LOOP_REPEATS = 4  # ... this many times within the tail
-SHARED_MIN_BYTES = 20  # answers shorter than this ("4", "Yes") are legitimately shared; not hashed
+TEXT_SAMPLE_ROWS = 1024  # rows per file whose reasoning is read for the looping check
+SHARED_MIN_BYTES = 20  # answers shorter than this ("4", "Yes") are legitimately shared; not compared
+SHARED_MIN_PROMPTS = 3  # an answer given to this many accepted prompts is "shared"
 
-_NUMERIC = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
-_SCAN_COLUMNS = ["answer", "reasoning", "finish_reason", "endpoint", "created_at", *_NUMERIC]
+_SCAN_COLUMNS = ["answer", "finish_reason", "endpoint", "created_at", *TOKENS]
 
 
 @dataclass
@@ -39,32 +44,7 @@ class Filters:
     reason: str | None = None
     endpoint: str | None = None
     where: Where | None = None
-    reasoning: bool = True  # False: skip the reasoning text (the bulk of the bytes); no reasoning loop check
-
-
-@dataclass
-class Frame:
-    """Per-row facts, aligned arrays; categorical columns are codes into the lists beside them."""
-
-    files: list[DataFile]
-    file_idx: np.ndarray
-    row: np.ndarray
-    rejected: np.ndarray
-    reason: np.ndarray
-    endpoint: np.ndarray
-    finish: np.ndarray
-    created_at: np.ndarray
-    answer_bytes: np.ndarray
-    reasoning_bytes: np.ndarray
-    answer_hash: np.ndarray
-    looping: np.ndarray
-    tokens: dict[str, np.ndarray]
-    reasons: list[str] = field(default_factory=list)
-    endpoints: list[str] = field(default_factory=list)
-    finishes: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return int(self.file_idx.size)
+    reasoning: bool = True  # False: never read the reasoning text; the looping check then sees answers only
 
 
 class _Codes:
@@ -76,12 +56,10 @@ class _Codes:
         self._lock = threading.Lock()
 
     def encode(self, arr: pa.Array, null: str) -> np.ndarray:
-        out = np.empty(len(arr), dtype=np.int16)
         dict_arr = pc.dictionary_encode(arr.fill_null(null))
         with self._lock:
             local = [self._code(v) for v in dict_arr.dictionary.to_pylist()]
-        out[:] = np.asarray(local, dtype=np.int16)[dict_arr.indices.to_numpy(zero_copy_only=False)]
-        return out
+        return np.asarray(local, dtype=np.int16)[dict_arr.indices.to_numpy(zero_copy_only=False)]
 
     def _code(self, value: str) -> int:
         if value not in self.index:
@@ -91,72 +69,76 @@ class _Codes:
 
 
 def scan(files: Sequence[DataFile], filters: Filters, threads: int = SCAN_THREADS) -> Frame:
-    parts: dict[str, list[np.ndarray]] = {}
+    builder = FrameBuilder([f.rows for f in files])
     codes = {"reason": _Codes(), "endpoint": _Codes(), "finish": _Codes()}
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        per_file = pool.map(lambda job: _scan_file(job[1], job[0], filters, codes), enumerate(files))
-        for facts_list in per_file:  # in file order, whatever order the threads finish in
-            for facts in facts_list:
-                for key, value in facts.items():
-                    parts.setdefault(key, []).append(value)
-    cols = {key: np.concatenate(v) for key, v in parts.items()}
-    if not cols:
-        cols = _empty_columns()
-    return Frame(
-        files=list(files),
-        file_idx=cols.pop("file_idx"),
-        row=cols.pop("row"),
-        rejected=cols.pop("rejected"),
-        reason=cols.pop("reason"),
-        endpoint=cols.pop("endpoint"),
-        finish=cols.pop("finish"),
-        created_at=cols.pop("created_at"),
-        answer_bytes=cols.pop("answer_bytes"),
-        reasoning_bytes=cols.pop("reasoning_bytes"),
-        answer_hash=cols.pop("answer_hash"),
-        looping=cols.pop("looping"),
-        tokens={name: cols.pop(name) for name in _NUMERIC},
-        reasons=codes["reason"].values,
-        endpoints=codes["endpoint"].values,
-        finishes=codes["finish"].values,
-    )
+        list(pool.map(lambda job: _scan_file(job[1], job[0], filters, codes, builder), enumerate(files)))
+    frame = builder.build(list(files), codes["reason"].values, codes["endpoint"].values, codes["finish"].values)
+    _confirm_shared(frame)
+    return frame
 
 
-def _scan_file(f: DataFile, fi: int, filters: Filters, codes: dict[str, _Codes]) -> list[dict[str, np.ndarray]]:
-    out = []
-    for batch, rows in _batches(f, filters):
-        facts = _facts(batch, f.rejects, codes)
-        facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
-        facts["row"] = rows
-        out.append(facts)
-    return out
+def sampled_groups(row_groups: Sequence[int], budget: int = TEXT_SAMPLE_ROWS) -> set[int]:
+    """Row groups holding at least `budget` rows (all of them in a small file), evenly spread over the file:
+    the first and the last always, so a shard that degrades as it is written is caught at its end."""
+    n = len(row_groups)
+    if sum(row_groups) <= budget:
+        return set(range(n))
+    for k in range(1, n + 1):
+        picks = set(np.linspace(0, n - 1, max(k, 2)).round().astype(int).tolist())
+        if sum(row_groups[i] for i in picks) >= budget:
+            return picks
+    return set(range(n))
 
 
-def _empty_columns() -> dict[str, np.ndarray]:
-    ints = ("file_idx", "row", "reason", "endpoint", "finish", "answer_bytes", "reasoning_bytes", "answer_hash")
-    cols: dict[str, np.ndarray] = {name: np.empty(0, dtype=np.int64) for name in ints}
-    cols.update({name: np.empty(0) for name in ("created_at", *_NUMERIC)})
-    cols.update(rejected=np.empty(0, dtype=bool), looping=np.empty(0, dtype=bool))
-    return cols
-
-
-def _batches(f: DataFile, filters: Filters) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-    """(batch, row numbers in file) for the rows of `f` that pass the filters."""
+def _scan_file(f: DataFile, fi: int, filters: Filters, codes: dict[str, _Codes], out: FrameBuilder) -> None:
     if filters.reason is not None and not f.rejects:
         return
     pfile = pq.ParquetFile(f.path)
     names = set(pfile.schema_arrow.names)
-    wanted = [c for c in _SCAN_COLUMNS if filters.reasoning or c != "reasoning"]
-    columns = [c for c in wanted if c in names] + (["reason"] if f.rejects else [])
+    columns = [c for c in _SCAN_COLUMNS if c in names] + (["reason"] if f.rejects else [])
     missing: list[str] = []
     if filters.where is not None:
         columns += sorted(c for c in filters.where.columns if c not in columns and c in names)
         missing = sorted(c for c in filters.where.columns if c not in names)
+    text = ["reasoning"] if filters.reasoning and "reasoning" in names and "reasoning" not in columns else []
+    for groups, first_row, checked in _segments(f.row_groups, sampled_groups(f.row_groups)):
+        read = columns + (text if checked else [])
+        for batch, rows in _batches(pfile, groups, first_row, read, missing, filters):
+            facts = _facts(batch, f.rejects, codes, checked)
+            facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
+            facts["row"] = rows
+            out.put(fi, facts)
+    # mimalloc keeps a thread's freed pages cached for the thread; a file's batches are gone, so hand them back
+    pa.default_memory_pool().release_unused()
+
+
+def _segments(row_groups: Sequence[int], sampled: set[int]) -> Iterator[tuple[list[int], int, bool]]:
+    """Runs of consecutive row groups that are all sampled or all not: (groups, first row, sampled)."""
     start = 0
-    for batch in pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+    run: list[int] = []
+    first = 0
+    for g, count in enumerate(row_groups):
+        if run and (g in sampled) != (run[0] in sampled):
+            yield run, first, run[0] in sampled
+            run = []
+        if not run:
+            first = start
+        run.append(g)
+        start += count
+    if run:
+        yield run, first, run[0] in sampled
+
+
+def _batches(
+    pfile: pq.ParquetFile, groups: list[int], first_row: int, columns: list[str], missing: list[str], filters: Filters
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """(batch, row numbers in file) for the rows of `groups` that pass the filters."""
+    start = first_row
+    for batch in pfile.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False):
         for name in missing:  # e.g. `reason` in a shard: null there, as in a table of both
             batch = batch.append_column(name, pa.nulls(batch.num_rows, pa.string()))
-        rows = np.arange(start, start + batch.num_rows, dtype=np.int64)
+        rows = np.arange(start, start + batch.num_rows, dtype=np.int32)
         start += batch.num_rows
         mask = _mask(batch, filters)
         if mask is not None:
@@ -186,52 +168,47 @@ def _mask(batch: pa.RecordBatch, filters: Filters) -> pa.Array | None:
     return result.fill_null(False)
 
 
-def _facts(batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes]) -> dict[str, np.ndarray]:
+def _facts(batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes], checked: bool) -> dict[str, np.ndarray]:
     n = batch.num_rows
-    answer = _text(batch, "answer").cast(pa.binary())  # bytes: lengths from offsets, no UTF-8 decoding
-    reasoning = _text(batch, "reasoning").cast(pa.binary())
-    answer_len = _stripped_lengths(answer)
+    answer = _text(batch, "answer")
+    offsets, data = textfacts.buffers(answer)
+    start, end = textfacts.trimmed_bounds(offsets, data)
+    answer_len = (end - start).astype(np.int32)
+    fingerprint = np.zeros(n, dtype=np.int64)
+    long_enough = np.flatnonzero(answer_len >= SHARED_MIN_BYTES)
+    fingerprint[long_enough] = textfacts.fingerprints(data, start[long_enough], end[long_enough])
+    has_reasoning = "reasoning" in batch.schema.names
+    reasoning = _text(batch, "reasoning") if has_reasoning else None
+    looping = np.zeros(n, dtype=bool)
+    if checked:
+        looping = textfacts.looping(answer) | (textfacts.looping(reasoning) if reasoning is not None else looping)
     facts = {
         "rejected": np.full(n, rejects),
-        "reason": codes["reason"].encode(batch.column("reason"), "unknown") if rejects else np.full(n, -1),
+        "reason": codes["reason"].encode(batch.column("reason"), "unknown") if rejects else np.full(n, -1, np.int16),
         "endpoint": codes["endpoint"].encode(_text(batch, "endpoint"), ""),
         "finish": codes["finish"].encode(_text(batch, "finish_reason"), "(none)"),
         "created_at": _seconds(batch),
         "answer_bytes": answer_len,
-        "reasoning_bytes": pc.binary_length(reasoning).to_numpy(zero_copy_only=False).astype(np.int32),
-        "answer_hash": _hashes(answer, answer_len),
-        "looping": _looping(answer) | _looping(reasoning),
+        "reasoning_bytes": _lengths(reasoning) if reasoning is not None else np.full(n, np.nan),
+        "answer_hash": fingerprint,
+        "checked": np.full(n, checked),
+        "looping": looping,
     }
-    for name in _NUMERIC:
+    for name in TOKENS:
         col = batch.column(name) if name in batch.schema.names else pa.nulls(n, pa.int32())
         facts[name] = col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
     return facts
 
 
-def _stripped_lengths(answer: pa.Array) -> np.ndarray:
-    """Byte lengths, with surrounding whitespace not counted (checked only where it can matter: short texts)."""
-    lengths = pc.binary_length(answer).to_numpy(zero_copy_only=False).astype(np.int32)
-    small = np.flatnonzero(lengths < 256)
-    if small.size:
-        texts = answer.take(pa.array(small)).to_pylist()
-        lengths[small] = [len(t.strip()) for t in texts]
-    return lengths
-
-
-def _hashes(answer: pa.Array, lengths: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each answer long enough to count as a shared answer (0 for the others)."""
-    out = np.zeros(len(answer), dtype=np.int64)
-    rows = np.flatnonzero(lengths >= SHARED_MIN_BYTES)
-    if rows.size:
-        texts = answer.take(pa.array(rows)).to_pylist()
-        out[rows] = np.fromiter((hash(t.strip()) for t in texts), dtype=np.int64, count=rows.size)
-    return out
+def _lengths(text: pa.Array) -> np.ndarray:
+    return pc.binary_length(text.cast(pa.binary())).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 def _text(batch: pa.RecordBatch, name: str) -> pa.Array:
     if name not in batch.schema.names:
         return pa.array([""] * batch.num_rows, pa.string())
-    return batch.column(name).fill_null("")
+    column = batch.column(name)
+    return column.fill_null("") if column.null_count else column  # fill_null copies even when nothing is null
 
 
 def _seconds(batch: pa.RecordBatch) -> np.ndarray:
@@ -241,22 +218,34 @@ def _seconds(batch: pa.RecordBatch) -> np.ndarray:
     return us.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False) / 1e6
 
 
-def _looping(text: pa.Array) -> np.ndarray:
-    """Degenerate repetition: the text's closing phrase recurs LOOP_REPEATS times in its last TAIL_CHARS.
+def _confirm_shared(frame: Frame) -> None:
+    """Replace the answer fingerprints by exact keys for the accepted rows whose fingerprint SHARED_MIN_PROMPTS
+    accepted rows share, and by 0 for all other rows (in place: the frame is the biggest thing we hold)."""
+    fingerprint = frame.answer_hash
+    eligible = ~frame.rejected & (fingerprint != 0)
+    k = SHARED_MIN_PROMPTS - 1
+    ordered = np.sort(fingerprint[eligible])
+    common = np.unique(ordered[k:][ordered[k:] == ordered[:-k]])  # sorted: a value seen k+1 times spans i..i+k
+    del ordered
+    if common.size:
+        eligible &= common[np.searchsorted(common, fingerprint).clip(max=common.size - 1)] == fingerprint
+    else:
+        eligible[:] = False
+    fingerprint[~eligible] = 0
+    candidates = np.flatnonzero(eligible)
+    for fi in np.unique(frame.file_idx[candidates]).tolist():
+        mine = candidates[frame.file_idx[candidates] == fi]
+        fingerprint[mine] = _exact_keys(frame.files[fi], frame.row[mine])
 
-    A model stuck in a loop repeats a phrase until it stops or runs out of tokens, so its end is periodic and
-    any 40-character piece of it recurs; in ordinary prose the closing 40 characters occur once. Works on bytes
-    (`text` is binary): slicing the tail is O(1) per row and nothing is decoded.
-    """
-    out = np.zeros(len(text), dtype=bool)
-    tails = pc.binary_slice(text, -TAIL_CHARS - 64).to_pylist()  # no take(): nearly every row is long enough
-    for i, tail in enumerate(tails):
-        if tail is not None and len(tail) >= PROBE_CHARS * LOOP_REPEATS:
-            window = tail.rstrip()[-TAIL_CHARS:]
-            out[i] = window.count(window[-PROBE_CHARS:]) >= LOOP_REPEATS
+
+def _exact_keys(f: DataFile, rows: np.ndarray) -> np.ndarray:
+    """exact_key of the answer at each row of `f`, reading only the row groups that hold them."""
+    bounds = np.cumsum([0, *f.row_groups])
+    group_of = np.searchsorted(bounds, rows, side="right") - 1
+    out = np.zeros(rows.size, dtype=np.int64)
+    pfile = pq.ParquetFile(f.path)
+    for g in np.unique(group_of).tolist():
+        here = np.flatnonzero(group_of == g)
+        answers = pfile.read_row_group(g, columns=["answer"]).column(0).take(pa.array(rows[here] - bounds[g]))
+        out[here] = [textfacts.exact_key((a or "").encode()) for a in answers.to_pylist()]
     return out
-
-
-def looping_text(text: str) -> bool:
-    """The looping check on one string (the same rule as the scan)."""
-    return bool(_looping(pa.array([text.encode()], pa.binary()))[0])

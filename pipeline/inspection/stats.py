@@ -3,20 +3,20 @@
 A group (shard or endpoint) is flagged when one of its problem rates is both material and well above the rate
 of all the other rows pooled (`rate >= FLAG_MIN_RATE and rate >= 2 * rest + FLAG_MARGIN`), or when its median
 completion length is less than half or more than twice everyone else's. One bad shard of ten thus stands out
-even when it barely moves the overall numbers.
+even when it barely moves the overall numbers. The looping rate of a group is over its rows the looping check
+ran on (a sample per file, see scan.py), so it compares like with like.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from .scan import SHARED_MIN_BYTES, Frame
+from .frame import Frame
+from .scan import SHARED_MIN_PROMPTS
 
 PERCENTILES = (1, 10, 50, 90, 99)
-SHARED_MIN_PROMPTS = 3  # an answer given to this many prompts is "shared"...
 SHORT_MAX_BYTES = 32  # an answer is suspiciously short under min(this, SHORT_MEDIAN_SHARE x median)
 SHORT_MEDIAN_SHARE = 0.1
 FLAG_MIN_RATE = 0.05
@@ -43,17 +43,18 @@ class Derived:
 
 
 def _shared(frame: Frame, accepted: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Rows whose answer (long enough to be distinctive) is given to SHARED_MIN_PROMPTS or more accepted prompts."""
-    eligible = accepted & (frame.answer_bytes >= SHARED_MIN_BYTES)
+    """Rows whose answer (long enough to be distinctive) is given to SHARED_MIN_PROMPTS or more accepted prompts,
+    and the ten most shared answers as (first row, count), most shared first."""
+    eligible = np.flatnonzero(accepted & (frame.answer_hash != 0))  # scan.py keyed only the candidates
     shared = np.zeros(len(frame), dtype=bool)
-    if not eligible.any():
+    if not eligible.size:
         return shared, []
     hashes = frame.answer_hash[eligible]
     values, first, counts = np.unique(hashes, return_index=True, return_counts=True)
     many = counts >= SHARED_MIN_PROMPTS
-    shared[np.flatnonzero(eligible)] = np.isin(hashes, values[many])
-    order = np.argsort(-counts[many], kind="stable")[:10]
-    positions = np.flatnonzero(eligible)[first[many][order]]
+    shared[eligible] = np.isin(hashes, values[many])
+    order = np.lexsort((first[many], -counts[many]))[:10]  # ties by first occurrence, not by key
+    positions = eligible[first[many][order]]
     return shared, list(zip(positions.tolist(), counts[many][order].tolist(), strict=True))
 
 
@@ -64,74 +65,165 @@ def percentiles(values: np.ndarray) -> dict[str, float | None]:
     qs = np.percentile(values, PERCENTILES)
     out: dict[str, float | None] = {"count": int(values.size)}
     out.update({f"p{q}": float(v) for q, v in zip(PERCENTILES, qs, strict=True)})
-    out.update(mean=float(values.mean()), max=float(values.max()))
+    out.update(mean=float(values.mean(dtype=np.float64)), max=float(values.max()))
     return out
 
 
-def length_columns(frame: Frame) -> dict[str, np.ndarray]:
-    """The length measures inspect reports, as float arrays (NaN = unknown)."""
-    completion = frame.tokens["completion_tokens"]
-    reasoning = frame.tokens["reasoning_tokens"]
-    answer_tokens = completion - reasoning
+LENGTHS = (
+    "reasoning_tokens",
+    "answer_tokens",
+    "completion_tokens",
+    "prompt_tokens",
+    "answer_bytes",
+    "reasoning_bytes",
+    "reasoning_answer_ratio",
+)
+
+
+def length_column(frame: Frame, name: str, rows: np.ndarray) -> np.ndarray:
+    """One of the LENGTHS inspect reports, for `rows` (a mask), as float32 (NaN = unknown; counts are exact).
+    One at a time, so a 1M-row report holds one short float column, not seven."""
+    if name in frame.tokens:
+        return frame.tokens[name][rows]
+    if name in ("answer_bytes", "reasoning_bytes"):
+        return getattr(frame, name)[rows].astype(np.float32)
+    answer_tokens = frame.tokens["completion_tokens"][rows] - frame.tokens["reasoning_tokens"][rows]
+    if name == "answer_tokens":
+        return answer_tokens
     with np.errstate(divide="ignore", invalid="ignore"):
-        by_tokens = reasoning / np.where(answer_tokens > 0, answer_tokens, np.nan)
-        by_chars = frame.reasoning_bytes / np.where(frame.answer_bytes > 0, frame.answer_bytes, np.nan)
-    ratio = np.where(np.isnan(by_tokens), by_chars, by_tokens)
-    return {
-        "reasoning_tokens": reasoning,
-        "answer_tokens": answer_tokens,
-        "completion_tokens": completion,
-        "prompt_tokens": frame.tokens["prompt_tokens"],
-        "answer_bytes": frame.answer_bytes.astype(np.float64),
-        "reasoning_bytes": frame.reasoning_bytes.astype(np.float64),
-        "reasoning_answer_ratio": ratio,
-    }
+        answer_tokens[answer_tokens <= 0] = np.nan
+        ratio = frame.tokens["reasoning_tokens"][rows] / answer_tokens
+        del answer_tokens
+        answer_bytes = frame.answer_bytes[rows].astype(np.float32)
+        answer_bytes[answer_bytes <= 0] = np.nan
+        unknown = np.isnan(ratio)
+        ratio[unknown] = frame.reasoning_bytes[rows][unknown] / answer_bytes[unknown]
+    return ratio
 
 
 def group_row(d: Derived, mask: np.ndarray) -> dict[str, Any]:
     """Counts, problem rates and medians of the rows in `mask`."""
+    tally = {key: int(n[0]) for key, n in _tally(d, np.zeros(len(d.frame), dtype=np.int8), 1, mask).items()}
+    completion = _accepted_completions(d, mask)
+    answers = d.frame.answer_bytes[mask & d.accepted]
+    return _row(
+        tally,
+        float(np.median(completion)) if completion.size else None,
+        float(np.median(answers)) if answers.size else None,
+    )
+
+
+def _tally(d: Derived, codes: np.ndarray, n: int, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per group code (0..n-1): how many rows, accepted rows, checked rows and rows with each problem."""
     f = d.frame
-    rows = int(mask.sum())
-    acc = mask & d.accepted
-    n_acc = int(acc.sum())
+    base = within if within is not None else np.ones(len(f), dtype=bool)
+    acc = base & d.accepted
+    checked = base & f.checked
+    flags = {
+        "rows": base,
+        "accepted": acc,
+        "checked": checked,
+        "empty": d.empty & acc,
+        "short": d.short & acc,
+        "shared": d.shared & acc,
+        "looping": f.looping & checked,
+        "truncated": d.truncated & base,
+    }
+    return {key: np.bincount(codes[m], minlength=n) for key, m in flags.items()}
 
-    def rate(flags: np.ndarray, base: np.ndarray, n: int) -> float:
-        return float((flags & base).sum()) / n if n else 0.0
 
-    completion = f.tokens["completion_tokens"][acc]
-    completion = completion[~np.isnan(completion)]
+def _row(t: dict[str, int], completion_p50: float | None, answer_p50: float | None) -> dict[str, Any]:
+    rows, acc, checked = t["rows"], t["accepted"], t["checked"]
+
+    def share(key: str, n: int) -> float:
+        return t[key] / n if n else 0.0
+
     return {
         "rows": rows,
-        "accepted": n_acc,
-        "rejected": rows - n_acc,
-        "reject_rate": (rows - n_acc) / rows if rows else 0.0,
-        "empty_answer_rate": rate(d.empty, acc, n_acc),
-        "repetition_rate": rate(f.looping, mask, rows),
-        "short_rate": rate(d.short, acc, n_acc),
-        "shared_rate": rate(d.shared, acc, n_acc),
-        "truncated_rate": rate(d.truncated, mask, rows),
-        "completion_tokens_p50": float(np.median(completion)) if completion.size else None,
-        "answer_bytes_p50": float(np.median(f.answer_bytes[acc])) if n_acc else None,
+        "accepted": acc,
+        "rejected": rows - acc,
+        "reject_rate": (rows - acc) / rows if rows else 0.0,
+        "empty_answer_rate": share("empty", acc),
+        "repetition_rate": share("looping", checked),
+        "repetition_checked": checked,
+        "short_rate": share("short", acc),
+        "shared_rate": share("shared", acc),
+        "truncated_rate": share("truncated", rows),
+        "completion_tokens_p50": completion_p50,
+        "answer_bytes_p50": answer_p50,
     }
+
+
+def _accepted_completions(d: Derived, rows: np.ndarray) -> np.ndarray:
+    """The known completion lengths of the accepted rows among `rows` (a mask or indices), sorted."""
+    completion = d.frame.tokens["completion_tokens"]
+    if rows.dtype == bool:
+        completion = completion[rows & d.accepted]
+    else:
+        completion = completion[rows[d.accepted[rows]]]
+    completion = completion[~np.isnan(completion)]
+    completion.sort()
+    return completion
 
 
 def group_table(
     d: Derived, codes: np.ndarray, names: list[str], *, same_kind: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """One row per group. `same_kind`: compare a group only with groups of its kind (shards with shards,
-    rejects files with rejects files), since a rejects file is full of truncations by construction."""
+    """One row per group, each compared with all the other rows pooled. `same_kind`: compare a group only with
+    groups of its kind (shards with shards, rejects files with rejects files), since a rejects file is full of
+    truncations by construction.
+
+    Linear in rows, not rows x groups: counts come from one bincount per measure, the others' counts are the
+    totals minus the group's, and the others' median is found in the sorted totals (`_median_without`).
+    """
+    f = d.frame
+    n = len(names)
+    groups = _tally(d, codes, n)
+    kinds = f.rejected.astype(np.int8) if same_kind else np.zeros(len(f), dtype=np.int8)
+    totals = _tally(d, kinds, 2)
+    universe = [_accepted_completions(d, kinds == k) for k in (0, 1)]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(n + 1))
     table: dict[str, dict[str, Any]] = {}
     for code, name in sorted(enumerate(names), key=lambda pair: pair[1]):  # codes follow thread timing
-        mask = codes == code
-        if not mask.any():
+        if not groups["rows"][code]:
             continue
-        rest = ~mask
-        if same_kind:
-            rest &= d.frame.rejected == d.frame.rejected[mask][0]
-        row = group_row(d, mask)
-        row["flags"] = _flags(row, group_row(d, rest))
+        members = order[bounds[code] : bounds[code + 1]]
+        kind = int(kinds[members[0]])
+        mine = {key: int(v[code]) for key, v in groups.items()}
+        rest = {key: int(totals[key][kind]) - mine[key] for key in mine}
+        completion = _accepted_completions(d, members)
+        answers = f.answer_bytes[members[d.accepted[members]]]
+        row = _row(
+            mine,
+            float(np.median(completion)) if completion.size else None,
+            float(np.median(answers)) if answers.size else None,
+        )
+        row["flags"] = _flags(row, _row(rest, _median_without(universe[kind], completion), None))
         table[name] = row
     return table
+
+
+def _median_without(values: np.ndarray, removed: np.ndarray) -> float | None:
+    """np.median of the multiset `values` minus `removed` (both sorted; `removed` drawn from `values`)."""
+    m = values.size - removed.size
+    if m <= 0:
+        return None
+    return (_kth_without(values, removed, (m - 1) // 2) + _kth_without(values, removed, m // 2)) / 2
+
+
+def _kth_without(values: np.ndarray, removed: np.ndarray, k: int) -> float:
+    """The k-th smallest (from 0) of `values` minus `removed`: a binary search on the count of what is left."""
+    lo, hi = 0, values.size - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        v = values[mid]
+        left = np.searchsorted(values, v, "right") - np.searchsorted(removed, v, "right")
+        if left >= k + 1:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
 
 
 def _flags(row: dict[str, Any], rest: dict[str, Any]) -> list[str]:
@@ -156,7 +248,7 @@ def warnings(d: Derived, overall: dict[str, Any]) -> list[str]:
     if empty:
         out.append(f"{empty} accepted rows have an empty answer")
     if overall["repetition_rate"] >= 0.01:
-        out.append(f"{overall['repetition_rate']:.1%} of rows loop (degenerate repetition)")
+        out.append(f"{overall['repetition_rate']:.1%} of checked rows loop (degenerate repetition)")
     if overall["reject_rate"] >= 0.2:
         out.append(f"reject rate is {overall['reject_rate']:.0%}")
     if overall["shared_rate"] >= 0.05:
@@ -165,8 +257,9 @@ def warnings(d: Derived, overall: dict[str, Any]) -> list[str]:
 
 
 def counts(codes: np.ndarray, names: list[str], mask: np.ndarray) -> dict[str, int]:
-    tally = Counter(codes[mask].tolist())
-    ordered = sorted(((names[c], n) for c, n in tally.items() if c >= 0), key=lambda kv: (-kv[1], kv[0]))
+    values, n = np.unique(codes[mask], return_counts=True)
+    tally = zip(values.tolist(), n.tolist(), strict=True)
+    ordered = sorted(((names[c], n) for c, n in tally if c >= 0), key=lambda kv: (-kv[1], kv[0]))
     return dict(ordered)
 
 

@@ -10,9 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from . import rundir, stats
+from .frame import Frame
 from .rundir import DataFile
 from .sample import choose, fetch_rows, sample_entry
-from .scan import Filters, Frame, scan
+from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, Filters, scan
 from .where import WhereError, parse_where
 
 EXAMPLES = 5
@@ -34,8 +35,9 @@ def inspect_run(
 
     `shard` selects files by name or glob ("worker-0-*", "rejects/x.parquet"); `reason` keeps rejects with that
     reason code; `endpoint` keeps rows served by that URL; `where` is a column condition (see where.py).
-    `reasoning=False` skips reading the reasoning text (most of the bytes): several times faster on big runs,
-    at the cost of the loop check on reasoning and of reasoning byte lengths (token counts remain).
+    Counts, rates and percentiles cover every row; the looping check covers a sample of row groups per file
+    (`repetition.checked` of `repetition.of` rows; see scan.py), and reasoning byte lengths those same rows.
+    `reasoning=False` never reads the reasoning text: the looping check then sees answers only.
     """
     run_dir = Path(run_dir)
     files = _select(rundir.shard_files(run_dir) + rundir.reject_files(run_dir), shard)
@@ -83,9 +85,16 @@ def _overview(d: stats.Derived) -> dict[str, Any]:
     frame = d.frame
     everything = np.ones(len(frame), dtype=bool)
     overall = stats.group_row(d, everything)
-    lengths = stats.length_columns(frame)
     basis = d.accepted if d.accepted.any() else everything
-    answers = "answer_tokens" if not np.isnan(lengths["answer_tokens"][basis]).all() else "answer_bytes"
+    answer_tokens = stats.length_column(frame, "answer_tokens", basis)
+    answers = "answer_tokens" if not np.isnan(answer_tokens).all() else "answer_bytes"
+    del answer_tokens
+    percentiles, histograms = {}, {}
+    for name in stats.LENGTHS:
+        values = stats.length_column(frame, name, basis)
+        percentiles[name] = stats.percentiles(values)
+        if name in ("reasoning_tokens", answers):
+            histograms[name] = stats.histogram(values)
     return {
         "rows": overall["rows"],
         "accepted": overall["accepted"],
@@ -95,13 +104,10 @@ def _overview(d: stats.Derived) -> dict[str, Any]:
         "finish_reasons": stats.counts(frame.finish, frame.finishes, everything),
         "finish_reasons_accepted": stats.counts(frame.finish, frame.finishes, d.accepted),
         "percentiles_of": "accepted" if d.accepted.any() else "all",
-        "percentiles": {name: stats.percentiles(values[basis]) for name, values in lengths.items()},
+        "percentiles": percentiles,
         "overall": overall,
         "warnings": stats.warnings(d, overall),
-        "histograms": {
-            "reasoning_tokens": stats.histogram(lengths["reasoning_tokens"][basis]),
-            answers: stats.histogram(lengths[answers][basis]),
-        },
+        "histograms": {"reasoning_tokens": histograms["reasoning_tokens"], answers: histograms[answers]},
         "timeline": stats.timeline(d),
     }
 
@@ -114,8 +120,8 @@ def _problems(d: stats.Derived) -> dict[str, Any]:
     shared_rows = int((d.shared & d.accepted).sum())
     return {
         "duplicates_answers": {
-            "min_prompts": stats.SHARED_MIN_PROMPTS,
-            "min_bytes": stats.SHARED_MIN_BYTES,
+            "min_prompts": SHARED_MIN_PROMPTS,
+            "min_bytes": SHARED_MIN_BYTES,
             "rows": shared_rows,
             "rate": shared_rows / n_acc if n_acc else 0.0,
             "top": [
@@ -123,7 +129,11 @@ def _problems(d: stats.Derived) -> dict[str, Any]:
                 for (_, count), row in zip(top, previews, strict=True)
             ],
         },
-        "repetition": _examples(frame, frame.looping, len(frame)),
+        "repetition": {
+            **_examples(frame, frame.looping, int(frame.checked.sum())),
+            "checked": int(frame.checked.sum()),
+            "of": len(frame),
+        },
         "short_answers": {
             "threshold_bytes": d.short_threshold,
             **_examples(frame, d.short & d.accepted, n_acc),

@@ -133,11 +133,16 @@ def _problem_lines(r: dict[str, Any]) -> str:
         f"empty answers (accepted): {empty['rows']:,} ({_pct(empty['rate'])}) {_ids(empty['examples'])}",
         f"short answers (< {short['threshold_bytes']} bytes): {short['rows']:,} ({_pct(short['rate'])}) "
         f"{_ids(short['examples'])}",
-        f"looping (degenerate repetition): {rep['rows']:,} ({_pct(rep['rate'])}) {_ids(rep['examples'])}",
+        f"looping (degenerate repetition): {rep['rows']:,} ({_pct(rep['rate'])} of {_checked(rep)}) "
+        f"{_ids(rep['examples'])}",
         f"answers shared by {dup['min_prompts']}+ prompts: {dup['rows']:,} ({_pct(dup['rate'])})",
     ]
     lines += [f"    {d['count']:>6,} x {d['answer']!r} (e.g. {d['example_id']})" for d in dup["top"][:5]]
     return "\n".join(lines)
+
+
+def _checked(rep: dict[str, Any]) -> str:
+    return "all rows checked" if rep["checked"] == rep["of"] else f"checked {rep['checked']:,} of {rep['of']:,} rows"
 
 
 def _ids(ids: list[str]) -> str:
