@@ -212,3 +212,25 @@ def test_server_restarted_with_other_args_leaves_the_pool(tmp_path: Path, sim) -
     metrics = (tmp_path / "run" / "metrics" / "worker-0.jsonl").read_text()
     assert "restarted with a different configuration" in metrics
     assert "speculative_algorithm" in metrics
+
+
+def test_stall_is_detected_within_the_stall_timeout(tmp_path: Path, sim) -> None:
+    """One prompt, one attempt: the run with a stalling server takes at most stall_timeout_s + 1 s longer."""
+    healthy = sim(*SIM_FLAGS, "--mean-output-tokens", "100")
+    stalling = sim(*SIM_FLAGS, "--mean-output-tokens", "100", "--fail-stall", "1.0")
+    write_prompts(tmp_path / "prompts.jsonl", n=1)
+    client = "stream = true\nstall_timeout_s = 2.0\nmax_attempts = 1"
+    timings = {}
+    for name, server in (("healthy", healthy), ("stalling", stalling)):
+        cfg = config(tmp_path, [server.url], client=client)
+        cfg.write_text(cfg.read_text().replace("max_attempts = 4\n", "").replace('"/run"', f'"/run-{name}"'))
+        cfg.write_text(cfg.read_text().replace(f'dir = "{tmp_path / "run"}"', f'dir = "{tmp_path / name}"'))
+        start = time.monotonic()
+        result = regen("run", str(cfg), "--no-progress", "--skip-preflight")
+        timings[name] = time.monotonic() - start
+        assert result.returncode == 0, result.stderr
+    rejects = read_rows(tmp_path / "stalling", "rejects")
+    assert [r["reason"] for r in rejects] == ["exhausted_retries"]
+    assert "stalled" in rejects[0]["detail"]
+    assert timings["stalling"] - timings["healthy"] <= 2.0 + 1.0, timings
+    assert stalling.stats()["cancelled"] == 1
