@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .config import Config
@@ -25,6 +26,18 @@ from .validator import validate
 class Sink(Protocol):
     def add_accepted(self, row: dict[str, Any]) -> None: ...
     def add_rejected(self, row: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class _Tally:
+    """What one prompt has used so far, and the last reason it was not accepted."""
+
+    attempts: int = 0
+    endpoint_failures: int = 0
+    last: Completion | None = None
+    reason: str = "exhausted_retries"
+    detail: str = ""
+    final: bool = False  # already stored (a permanent error)
 
 
 class Dispatcher:
@@ -66,70 +79,75 @@ class Dispatcher:
 
     async def process(self, prompt: Prompt, ep: EndpointState | None = None) -> None:
         """Drive one prompt to its final place: exactly one add_accepted or add_rejected call."""
-        attempts = 0  # requests that count against max_attempts
-        endpoint_failures = 0
-        last: Completion | None = None
-        reason, detail = "exhausted_retries", ""
-        while attempts < self.cfg.client.max_attempts:
-            rid = f"regen-{prompt.id[:64]}-{attempts}-{next(self._rids)}"
-            if ep is None:
-                ep = await self.pool.acquire()
-            self.metrics.requests += 1
-            task = asyncio.current_task()
-            kills = ep.kills
-            if task is not None:
-                ep.tasks.add(task)
-            try:
-                try:
-                    completion = await ep.client.chat(prompt, attempts, rid)
-                finally:
-                    if task is not None:
-                        ep.tasks.discard(task)
-                    if ep.kills != kills and task is not None and task.cancelling() and not self.stopping:
-                        task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere
-                        raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
-            except FatalEndpointError:
-                await self.pool.release(ep, unused=True)
-                raise
-            except PermanentRequestError as exc:
-                await self.pool.release(ep)
-                self._reject(prompt, None, attempts + 1, "http_4xx", str(exc))
-                return
-            except EndpointDownError as exc:
-                endpoint_failures += 1
-                self.metrics.endpoint_failures += 1
-                self.metrics.record_error(str(exc))
-                self.pool.mark_down(ep, str(exc))
-                await self.pool.release(ep, error=exc)
-                ep = None
-                if endpoint_failures >= self.cfg.client.max_endpoint_failures:
-                    reason, detail = "exhausted_retries", f"{endpoint_failures} endpoint failures; last: {exc}"
-                    break
-                continue
-            except RequestError as exc:
-                attempts += 1
-                self.metrics.retries += 1
-                self.metrics.record_error(str(exc))
-                await self.pool.release(ep, error=exc)
-                ep = None
-                reason, detail = "exhausted_retries", f"{attempts} attempts; last: {exc}"
-                if attempts < self.cfg.client.max_attempts:
-                    await self.sleep(self.retry.delay_for(attempts, exc.retry_after))
-                continue
-            except asyncio.CancelledError:  # drain timed out: give the slot back; the prompt stays pending
-                await asyncio.shield(self.pool.release(ep, unused=True))
-                raise
-            await self.pool.release(ep, latency=completion.latency_s)
+        t = _Tally()
+        while t.attempts < self.cfg.client.max_attempts and t.endpoint_failures < self.cfg.client.max_endpoint_failures:
+            completion = await self._send(prompt, ep or await self.pool.acquire(), t)
             ep = None
-            attempts += 1
+            if completion is None:
+                if t.final:
+                    return
+                continue
+            t.attempts += 1
             verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
             if verdict.ok:
-                self.sink.add_accepted(accepted_row(prompt, completion, attempts))
+                self.sink.add_accepted(accepted_row(prompt, completion, t.attempts))
                 self.metrics.record_accept(completion.completion_tokens)
                 return
-            last, reason, detail = completion, verdict.reason or "invalid", verdict.detail
+            t.last, t.reason, t.detail = completion, verdict.reason or "invalid", verdict.detail
             self.metrics.output_tokens += completion.completion_tokens or 0
-        self._reject(prompt, last, attempts, reason, detail)
+        self._reject(prompt, t.last, t.attempts, t.reason, t.detail)
+
+    async def _send(self, prompt: Prompt, ep: EndpointState, t: _Tally) -> Completion | None:
+        """One request on a slot of `ep`; the slot is always given back. None: no completion (see `t`)."""
+        rid = f"regen-{prompt.id[:64]}-{t.attempts}-{next(self._rids)}"
+        self.metrics.requests += 1
+        try:
+            completion = await self._chat(prompt, ep, t.attempts, rid)
+        except FatalEndpointError:
+            await self.pool.release(ep, unused=True)
+            raise
+        except PermanentRequestError as exc:  # the prompt itself is at fault (e.g. longer than the context)
+            await self.pool.release(ep)
+            self._reject(prompt, None, t.attempts + 1, "http_4xx", str(exc))
+            t.final = True
+            return None
+        except EndpointDownError as exc:  # the endpoint is at fault: does not use up the prompt's attempts
+            t.endpoint_failures += 1
+            self.metrics.endpoint_failures += 1
+            self.metrics.record_error(str(exc))
+            self.pool.mark_down(ep, str(exc))
+            await self.pool.release(ep, error=exc)
+            t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} endpoint failures; last: {exc}"
+            return None
+        except RequestError as exc:  # 5xx, timeouts, invalid JSON: counted, retried after a backoff
+            t.attempts += 1
+            self.metrics.retries += 1
+            self.metrics.record_error(str(exc))
+            await self.pool.release(ep, error=exc)
+            t.reason, t.detail = "exhausted_retries", f"{t.attempts} attempts; last: {exc}"
+            if t.attempts < self.cfg.client.max_attempts:
+                await self.sleep(self.retry.delay_for(t.attempts, exc.retry_after))
+            return None
+        except asyncio.CancelledError:  # drain timed out: give the slot back; the prompt stays pending
+            await asyncio.shield(self.pool.release(ep, unused=True))
+            raise
+        await self.pool.release(ep, latency=completion.latency_s)
+        return completion
+
+    async def _chat(self, prompt: Prompt, ep: EndpointState, attempt: int, rid: str) -> Completion:
+        """The request itself, registered with its endpoint so the health monitor can cancel it if it hangs."""
+        task = asyncio.current_task()
+        kills = ep.kills
+        if task is not None:
+            ep.tasks.add(task)
+        try:
+            return await ep.client.chat(prompt, attempt, rid)
+        finally:
+            if task is not None:
+                ep.tasks.discard(task)
+                if ep.kills != kills and task.cancelling() and not self.stopping:
+                    task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere
+                    raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
 
     def _reject(self, prompt: Prompt, last: Completion | None, attempts: int, reason: str, detail: str) -> None:
         self.sink.add_rejected(rejected_row(prompt, last, attempts, reason, detail))
