@@ -1,0 +1,194 @@
+"""Where the input is and how its files are read: resolving `input.path`, and streaming each file format.
+
+`input.path` is a file, a folder, a glob, or a `datasets` save_to_disk folder. JSONL is read line by line (also
+gzipped), Parquet one record batch at a time (only the id column when that is all that is asked), Arrow IPC
+memory-mapped. Every reader yields lists of `(row number, parsed object)`; a line that cannot be parsed is a
+`Broken` value with the reason, so the reader can reject that row and go on.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import InputError
+
+_SUFFIXES = {"jsonl": (".jsonl", ".jsonl.gz", ".ndjson"), "parquet": (".parquet",), "arrow": (".arrow",)}
+_KIND_BY_FORMAT = {"jsonl": "jsonl", "openai-batch": "jsonl", "parquet": "parquet", "datasets": "arrow"}
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    """A row that could not even be parsed (invalid JSON, not UTF-8)."""
+
+    detail: str
+
+
+Row = tuple[int, Any]  # (row number, parsed object or Broken)
+
+
+# ---------------------------------------------------------------- resolving paths
+
+
+def resolve(pattern: str, fmt: str) -> dict[Path, str]:
+    """Input files and the reader kind of each (jsonl, parquet, arrow), in reading order."""
+    named = not glob.has_magic(pattern)  # a file named on its own must be readable; glob matches may be skipped
+    if not named:
+        matches = [Path(m) for m in sorted(glob.glob(pattern, recursive=True))]
+        if not matches:
+            raise InputError(f"{pattern}: no input files match")
+    else:
+        matches = [Path(pattern)]
+        if not matches[0].exists():
+            raise InputError(f"{pattern}: input path not found")
+    kinds: dict[Path, str] = {}
+    for path in matches:
+        if path.is_dir():
+            kinds.update(_folder(path, fmt))
+        elif kind := _kind(path, fmt, named=named):
+            kinds[path] = kind
+    if not kinds:
+        raise InputError(f"{pattern}: no .jsonl, .parquet or .arrow files match")
+    return kinds
+
+
+def _kind(path: Path, fmt: str, *, named: bool) -> str:
+    """How to read `path` ('' = skip it): by extension, or by `fmt` for a file named on its own."""
+    name = path.name.lower()
+    by_name = next((kind for kind, suffixes in _SUFFIXES.items() if name.endswith(suffixes)), "")
+    if fmt == "auto":
+        kind = by_name
+    else:
+        kind = _KIND_BY_FORMAT[fmt] if named or by_name == _KIND_BY_FORMAT[fmt] else ""
+    if named and not kind:
+        raise InputError(f"{path}: cannot tell the format from the name; set input.format")
+    return kind
+
+
+def _folder(path: Path, fmt: str) -> dict[Path, str]:
+    if (path / "dataset_dict.json").exists():
+        splits = sorted(p.name for p in path.iterdir() if (p / "state.json").exists())
+        raise InputError(f"{path}: a DatasetDict folder; set input.path to one split ({', '.join(splits)})")
+    state = path / "state.json"
+    if state.exists() and fmt in ("auto", "datasets"):
+        try:
+            names = [entry["filename"] for entry in orjson.loads(state.read_bytes())["_data_files"]]
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise InputError(f"{state}: not a readable datasets state file: {exc}") from None
+        return {path / name: "arrow" for name in names}
+    if fmt == "datasets":
+        raise InputError(f"{path}: not a datasets save_to_disk folder (no state.json)")
+    kinds = {}
+    for child in sorted(path.iterdir()):
+        if child.is_file() and not child.name.startswith((".", "_")) and (kind := _kind(child, fmt, named=False)):
+            kinds[child] = kind
+    return kinds
+
+
+def labels(paths: list[Path]) -> dict[Path, str]:
+    """The short name of each file used in bad-input ids: its name, or a relative path when names clash."""
+    names = [p.name for p in paths]
+    if len(set(names)) == len(names):
+        return dict(zip(paths, names, strict=True))
+    root = os.path.commonpath([str(p.absolute()) for p in paths])
+    return {p: os.path.relpath(p.absolute(), root) for p in paths}
+
+
+# ---------------------------------------------------------------- file readers
+
+
+def jsonl_rows(path: Path, size: int) -> Iterator[list[Row]]:
+    """Parsed lines, `size` at a time; blank lines are skipped, a BOM on the first line is ignored."""
+    try:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb") as fh:
+            rows: list[Row] = []
+            for lineno, line in enumerate(fh, 1):
+                if lineno == 1:
+                    line = line.removeprefix(b"\xef\xbb\xbf")
+                if line.strip():
+                    rows.append((lineno, _parse_line(line)))
+                    if len(rows) == size:
+                        yield rows
+                        rows = []
+            if rows:
+                yield rows
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+
+
+def _parse_line(line: bytes) -> Any:
+    line = line.rstrip(b"\r\n")  # so a truncated last value reads as "unexpected end", not a control character
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Broken(f"line is not valid UTF-8 (byte {exc.start}: {line[exc.start : exc.start + 1]!r})")
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return Broken(f"invalid JSON: {exc}")
+
+
+def parquet_rows(path: Path, columns: list[str], size: int, ids_only: str | None) -> Iterator[list[Row]]:
+    """Rows as dicts of the wanted columns, one record batch at a time (at most one row group in memory)."""
+    try:
+        pf = pq.ParquetFile(path)
+        names = [c for c in columns if c in pf.schema_arrow.names] or None
+        if ids_only is not None and _never_null(pf, ids_only):
+            names = [ids_only]
+        start = 0
+        for batch in pf.iter_batches(batch_size=size, columns=names):
+            yield list(enumerate(batch.to_pylist(), start))
+            start += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read Parquet: {exc}") from None
+
+
+def _never_null(pf: pq.ParquetFile, name: str) -> bool:
+    """Whether the footer statistics prove the flat column `name` has no nulls (so ids need no other column)."""
+    meta = pf.metadata
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        stats = next(
+            (c.statistics for c in map(group.column, range(group.num_columns)) if c.path_in_schema == name), None
+        )
+        if stats is None or not stats.has_null_count or stats.null_count > 0:
+            return False
+    return meta.num_row_groups > 0
+
+
+def arrow_rows(path: Path, columns: list[str], size: int, ids_only: str | None) -> Iterator[list[Row]]:
+    """Rows of an Arrow IPC file (stream or file format, as `datasets` writes), memory-mapped."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            start = 0
+            for batch in _ipc_batches(source):
+                names = [c for c in columns if c in batch.schema.names]
+                if ids_only in names and batch.column(ids_only).null_count == 0:
+                    names = [ids_only]
+                batch = batch.select(names) if names else batch
+                for offset in range(0, batch.num_rows, size):
+                    yield list(enumerate(batch.slice(offset, size).to_pylist(), start + offset))
+                start += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read Arrow: {exc}") from None
+
+
+def _ipc_batches(source: pa.MemoryMappedFile) -> Iterator[pa.RecordBatch]:
+    magic = source.read(6)
+    source.seek(0)
+    if magic == b"ARROW1":
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        yield from pa.ipc.open_stream(source)
