@@ -1,4 +1,5 @@
-"""Measure `status` and `inspect` on a synthetic RUN_DIR: wall time and peak RSS, each in a fresh process.
+"""Measure `status` and `inspect` on a synthetic RUN_DIR: wall time, CPU time (user + sys of the whole process,
+imports included; steadier than wall time on a shared machine) and peak RSS, each in a fresh process.
 
     python3 scripts/bench_inspect.py --rows 1000000 --row-bytes 7000 --dir /tmp/bench-run
 
@@ -131,9 +132,9 @@ elif what == "inspect-no-reasoning":
 else:
     result = inspect_run(run, sample=5, seed=0, where=sys.argv[3])
 wall = time.perf_counter() - t
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"what": what, "wall_s": round(wall, 2), "peak_rss_mb": round(rss), "rows": result.get("rows",
-      result.get("done"))}))
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"what": what, "wall_s": round(wall, 2), "cpu_s": round(use.ru_utime + use.ru_stime, 2),
+      "peak_rss_mb": round(use.ru_maxrss / 1024), "rows": result.get("rows", result.get("done"))}))
 """
 
 

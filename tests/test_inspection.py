@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_inspection_runs import T0, A, B, C, add_journal, build_run, row, write
+from test_inspection_runs import LOOP, T0, A, B, C, add_journal, build_run, row, write
 
 from pipeline.inspection import (
     WhereError,
@@ -21,6 +21,7 @@ from pipeline.inspection import (
     parse_where,
     run_status,
 )
+from pipeline.inspection.scan import sample_ranges
 from pipeline.inspection.textfacts import looping_text
 from pipeline.inspection.textview import elide
 
@@ -223,3 +224,41 @@ def test_skipping_reasoning_keeps_answer_checks(run: Path) -> None:
     assert r["empty_answers"]["rows"] == 20 and r["short_answers"]["rows"] == 4
     assert r["repetition"]["rows"] == 0  # the planted loops are in the reasoning, which was not read
     assert r["percentiles"]["reasoning_tokens"]["count"] == 200
+
+
+def test_looping_is_sampled_and_still_finds_the_bad_shard(tmp_path: Path) -> None:
+    """Shards of 400 rows, looping checked on 100 per shard: shard 3 loops on 30% of its rows spread all over it,
+    and stands out; the report says how many rows were checked."""
+    rng = random.Random(5)
+    for s in range(6):
+        rows = [row(s * 400 + k, rng, **({"reasoning": LOOP} if s == 3 and k % 10 < 3 else {})) for k in range(400)]
+        write(tmp_path / "shards" / f"s{s}.parquet", rows)
+    r = inspect_run(tmp_path, text_sample_rows=100)
+    rep = r["repetition"]
+    assert (rep["checked"], rep["of"]) == (6 * 100, 2400)
+    assert rep["rows"] == 30 and rep["rate"] == pytest.approx(30 / 600)
+    assert r["per_shard"]["shards/s3.parquet"]["repetition_checked"] == 100
+    flagged = {f["name"]: f["flags"] for f in r["flagged"]}
+    assert list(flagged) == ["shards/s3.parquet"]
+    assert any(x.startswith("repetition 30%") for x in flagged["shards/s3.parquet"])
+    assert "checked 600 of 2,400 rows" in format_inspect(r)
+    assert inspect_run(tmp_path, text_sample_rows=100)["repetition"] == rep  # the same rows every time
+    full = inspect_run(tmp_path, text_sample_rows=10_000)["repetition"]
+    assert (full["rows"], full["checked"]) == (120, 2400)
+
+
+def test_sample_ranges_spread_over_the_file() -> None:
+    assert sample_ranges([25, 25], 100) == [(0, 0, 25), (1, 25, 25)]
+    assert sample_ranges([25] * 16, 100) == [(0, 0, 25), (5, 125, 25), (10, 250, 25), (15, 375, 25)]
+    assert sample_ranges([10_000], 512) == [(0, 0, 512)]  # one huge group: its head only
+
+
+def test_shared_answers_are_exact_not_fingerprints(tmp_path: Path) -> None:
+    """Answers equal in length and in every fingerprinted window but different elsewhere are not shared."""
+    rng = random.Random(2)
+    base = "x" * 30 + "{}" + "y" * 30
+    rows = [row(k, rng, answer=base.format(f"{k:02d}")) for k in range(20)]
+    rows += [row(100 + k, rng, answer="  The canned reply, with spaces around.\n") for k in range(3)]
+    write(tmp_path / "shards" / "a.parquet", rows)
+    dup = inspect_run(tmp_path)["duplicates_answers"]
+    assert dup["rows"] == 3 and [d["count"] for d in dup["top"]] == [3]

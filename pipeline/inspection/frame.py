@@ -80,6 +80,16 @@ class FrameBuilder:
             column[at : at + n] = facts[name]
         self._kept[fi] += n
 
+    def add_text_facts(self, fi: int, rows: np.ndarray, looping: np.ndarray, reasoning_bytes: np.ndarray) -> None:
+        """Merge the reasoning checks of file `fi`'s `rows` (ascending) into the rows of it already put."""
+        start = int(self._starts[fi])
+        have = self._columns["row"][start : start + self._kept[fi]]  # ascending: batches come in file order
+        pos = np.searchsorted(have, rows).clip(max=max(0, have.size - 1))
+        present = (pos < have.size) & (have[pos] == rows) if have.size else np.zeros(rows.size, dtype=bool)
+        at = start + pos[present]
+        self._columns["looping"][at] |= looping[present]
+        self._columns["reasoning_bytes"][at] = reasoning_bytes[present]
+
     def build(self, files: list[DataFile], reasons: list[str], endpoints: list[str], finishes: list[str]) -> Frame:
         end = 0
         for fi, n in enumerate(self._kept):  # moving left only, file by file: a region never overwrites the next

@@ -30,9 +30,10 @@ from .frame import TOKENS, Frame, FrameBuilder
 from .rundir import DataFile
 from .where import Where
 
-BATCH_ROWS = 4096
+BATCH_BYTES = 16 << 20  # decoded bytes per batch
+MIN_BATCH_ROWS, MAX_BATCH_ROWS = 256, 65536
 SCAN_THREADS = min(4, os.cpu_count() or 1)
-TEXT_SAMPLE_ROWS = 1024  # rows per file whose reasoning is read for the looping check
+TEXT_SAMPLE_ROWS = 512  # rows per file whose reasoning is read for the looping check (a 5% rate is ~25 rows)
 SHARED_MIN_BYTES = 20  # answers shorter than this ("4", "Yes") are legitimately shared; not compared
 SHARED_MIN_PROMPTS = 3  # an answer given to this many accepted prompts is "shared"
 
@@ -68,11 +69,15 @@ class _Codes:
         return self.index[value]
 
 
-def scan(files: Sequence[DataFile], filters: Filters, threads: int = SCAN_THREADS) -> Frame:
+def scan(
+    files: Sequence[DataFile], filters: Filters, threads: int = SCAN_THREADS, text_sample_rows: int = TEXT_SAMPLE_ROWS
+) -> Frame:
+    """The frame of the rows of `files` that pass `filters`; text checks on up to `text_sample_rows` per file."""
     builder = FrameBuilder([f.rows for f in files])
     codes = {"reason": _Codes(), "endpoint": _Codes(), "finish": _Codes()}
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        list(pool.map(lambda job: _scan_file(job[1], job[0], filters, codes, builder), enumerate(files)))
+        jobs = enumerate(files)
+        list(pool.map(lambda job: _scan_file(job[1], job[0], filters, codes, builder, text_sample_rows), jobs))
     frame = builder.build(list(files), codes["reason"].values, codes["endpoint"].values, codes["finish"].values)
     _confirm_shared(frame)
     return frame
@@ -84,14 +89,25 @@ def sampled_groups(row_groups: Sequence[int], budget: int = TEXT_SAMPLE_ROWS) ->
     n = len(row_groups)
     if sum(row_groups) <= budget:
         return set(range(n))
-    for k in range(1, n + 1):
-        picks = set(np.linspace(0, n - 1, max(k, 2)).round().astype(int).tolist())
+    for k in range(2, n + 1):
+        picks = set(np.linspace(0, n - 1, k).round().astype(int).tolist())
         if sum(row_groups[i] for i in picks) >= budget:
             return picks
     return set(range(n))
 
 
-def _scan_file(f: DataFile, fi: int, filters: Filters, codes: dict[str, _Codes], out: FrameBuilder) -> None:
+def sample_ranges(row_groups: Sequence[int], budget: int = TEXT_SAMPLE_ROWS) -> list[tuple[int, int, int]]:
+    """(group, first row, rows) the text checks read: the sampled groups, each cut to its share of the budget
+    (a file written as one huge row group is checked on its first `budget` rows, not all of them)."""
+    picks = sorted(sampled_groups(row_groups, budget))
+    share = -(-budget // max(1, len(picks))) if sum(row_groups) > budget else max(row_groups, default=0)
+    starts = np.concatenate([[0], np.cumsum(row_groups, dtype=np.int64)])
+    return [(g, int(starts[g]), min(row_groups[g], share)) for g in picks]
+
+
+def _scan_file(
+    f: DataFile, fi: int, filters: Filters, codes: dict[str, _Codes], out: FrameBuilder, budget: int
+) -> None:
     if filters.reason is not None and not f.rejects:
         return
     pfile = pq.ParquetFile(f.path)
@@ -101,41 +117,46 @@ def _scan_file(f: DataFile, fi: int, filters: Filters, codes: dict[str, _Codes],
     if filters.where is not None:
         columns += sorted(c for c in filters.where.columns if c not in columns and c in names)
         missing = sorted(c for c in filters.where.columns if c not in names)
-    text = ["reasoning"] if filters.reasoning and "reasoning" in names and "reasoning" not in columns else []
-    for groups, first_row, checked in _segments(f.row_groups, sampled_groups(f.row_groups)):
-        read = columns + (text if checked else [])
-        for batch, rows in _batches(pfile, groups, first_row, read, missing, filters):
-            facts = _facts(batch, f.rejects, codes, checked)
-            facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
-            facts["row"] = rows
-            out.put(fi, facts)
+    ranges = sample_ranges(f.row_groups, budget)
+    in_sample = np.zeros(f.rows, dtype=bool)
+    for _, first, count in ranges:
+        in_sample[first : first + count] = True
+    for batch, rows in _batches(pfile, columns, missing, filters):
+        facts = _facts(batch, f.rejects, codes, in_sample[rows])
+        facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
+        facts["row"] = rows
+        out.put(fi, facts)
+    if filters.reasoning and "reasoning" in names and "reasoning" not in columns:
+        for rows, looping, lengths in _reasoning_sample(pfile, ranges):
+            out.add_text_facts(fi, rows, looping, lengths)
     # mimalloc keeps a thread's freed pages cached for the thread; a file's batches are gone, so hand them back
     pa.default_memory_pool().release_unused()
 
 
-def _segments(row_groups: Sequence[int], sampled: set[int]) -> Iterator[tuple[list[int], int, bool]]:
-    """Runs of consecutive row groups that are all sampled or all not: (groups, first row, sampled)."""
-    start = 0
-    run: list[int] = []
-    first = 0
-    for g, count in enumerate(row_groups):
-        if run and (g in sampled) != (run[0] in sampled):
-            yield run, first, run[0] in sampled
-            run = []
-        if not run:
-            first = start
-        run.append(g)
-        start += count
-    if run:
-        yield run, first, run[0] in sampled
+def _batch_rows(meta: pq.FileMetaData, columns: Sequence[str]) -> int:
+    """Rows per batch so that a batch of `columns` decodes to about BATCH_BYTES: few batches (each one is a
+    round trip through the GIL for the decoding thread), and bounded memory however long the texts are."""
+    wanted = set(columns)
+    size = rows = 0
+    for r in range(meta.num_row_groups):
+        group = meta.row_group(r)
+        rows += group.num_rows
+        size += sum(
+            group.column(i).total_uncompressed_size
+            for i in range(group.num_columns)
+            if group.column(i).path_in_schema in wanted
+        )
+    per_row = size / rows if rows else 1.0
+    return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES / max(per_row, 1.0))))
 
 
 def _batches(
-    pfile: pq.ParquetFile, groups: list[int], first_row: int, columns: list[str], missing: list[str], filters: Filters
+    pfile: pq.ParquetFile, columns: list[str], missing: list[str], filters: Filters
 ) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-    """(batch, row numbers in file) for the rows of `groups` that pass the filters."""
-    start = first_row
-    for batch in pfile.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False):
+    """(batch, row numbers in file) for the rows of the file that pass the filters."""
+    start = 0
+    size = _batch_rows(pfile.metadata, columns)
+    for batch in pfile.iter_batches(batch_size=size, columns=columns, use_threads=False):
         for name in missing:  # e.g. `reason` in a shard: null there, as in a table of both
             batch = batch.append_column(name, pa.nulls(batch.num_rows, pa.string()))
         rows = np.arange(start, start + batch.num_rows, dtype=np.int32)
@@ -145,6 +166,25 @@ def _batches(
             batch, rows = batch.filter(mask), rows[mask.to_numpy(zero_copy_only=False)]
         if batch.num_rows:
             yield batch, rows
+
+
+def _reasoning_sample(
+    pfile: pq.ParquetFile, ranges: list[tuple[int, int, int]]
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(row numbers, looping, byte lengths) of the reasoning in the sampled ranges, whatever the filters."""
+    size = _batch_rows(pfile.metadata, ["reasoning"])
+    for group, first, count in ranges:
+        done = 0
+        for batch in pfile.iter_batches(batch_size=size, row_groups=[group], columns=["reasoning"], use_threads=False):
+            text = _text(batch, "reasoning").slice(0, count - done)
+            yield (
+                np.arange(first + done, first + done + len(text), dtype=np.int32),
+                textfacts.looping(text),
+                _lengths(text),
+            )
+            done += len(text)
+            if done >= count:
+                break
 
 
 def _mask(batch: pa.RecordBatch, filters: Filters) -> pa.Array | None:
@@ -168,7 +208,10 @@ def _mask(batch: pa.RecordBatch, filters: Filters) -> pa.Array | None:
     return result.fill_null(False)
 
 
-def _facts(batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes], checked: bool) -> dict[str, np.ndarray]:
+def _facts(
+    batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes], checked: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The frame's columns for one batch; the text checks run on the `checked` rows only."""
     n = batch.num_rows
     answer = _text(batch, "answer")
     offsets, data = textfacts.buffers(answer)
@@ -177,11 +220,13 @@ def _facts(batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes], check
     fingerprint = np.zeros(n, dtype=np.int64)
     long_enough = np.flatnonzero(answer_len >= SHARED_MIN_BYTES)
     fingerprint[long_enough] = textfacts.fingerprints(data, start[long_enough], end[long_enough])
-    has_reasoning = "reasoning" in batch.schema.names
-    reasoning = _text(batch, "reasoning") if has_reasoning else None
+    reasoning = _text(batch, "reasoning") if "reasoning" in batch.schema.names else None  # read for --where
     looping = np.zeros(n, dtype=bool)
-    if checked:
-        looping = textfacts.looping(answer) | (textfacts.looping(reasoning) if reasoning is not None else looping)
+    picked = np.flatnonzero(checked)
+    if picked.size:
+        for text in (answer, reasoning):
+            if text is not None:
+                looping[picked] |= textfacts.looping(text.take(pa.array(picked)))
     facts = {
         "rejected": np.full(n, rejects),
         "reason": codes["reason"].encode(batch.column("reason"), "unknown") if rejects else np.full(n, -1, np.int16),
@@ -191,7 +236,7 @@ def _facts(batch: pa.RecordBatch, rejects: bool, codes: dict[str, _Codes], check
         "answer_bytes": answer_len,
         "reasoning_bytes": _lengths(reasoning) if reasoning is not None else np.full(n, np.nan),
         "answer_hash": fingerprint,
-        "checked": np.full(n, checked),
+        "checked": checked,
         "looping": looping,
     }
     for name in TOKENS:

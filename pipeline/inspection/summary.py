@@ -13,7 +13,7 @@ from . import rundir, stats
 from .frame import Frame
 from .rundir import DataFile
 from .sample import choose, fetch_rows, sample_entry
-from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, Filters, scan
+from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, TEXT_SAMPLE_ROWS, Filters, scan
 from .where import WhereError, parse_where
 
 EXAMPLES = 5
@@ -30,13 +30,15 @@ def inspect_run(
     endpoint: str | None = None,
     where: str | None = None,
     reasoning: bool = True,
+    text_sample_rows: int = TEXT_SAMPLE_ROWS,
 ) -> dict[str, Any]:
     """Stats over the committed rows of a run (shards and rejects) that pass the filters, plus `sample` rows.
 
     `shard` selects files by name or glob ("worker-0-*", "rejects/x.parquet"); `reason` keeps rejects with that
     reason code; `endpoint` keeps rows served by that URL; `where` is a column condition (see where.py).
-    Counts, rates and percentiles cover every row; the looping check covers a sample of row groups per file
-    (`repetition.checked` of `repetition.of` rows; see scan.py), and reasoning byte lengths those same rows.
+    Counts, rates and percentiles cover every row; the looping check covers up to `text_sample_rows` rows per
+    file, whole row groups spread over it (`repetition.checked` of `repetition.of` rows; see scan.py), and
+    reasoning byte lengths those same rows.
     `reasoning=False` never reads the reasoning text: the looping check then sees answers only.
     """
     run_dir = Path(run_dir)
@@ -45,7 +47,7 @@ def inspect_run(
     for f in files:
         columns.update(pq.read_schema(f.path).names)
     filters = Filters(reason, endpoint, parse_where(where, columns) if where else None, reasoning)
-    frame = scan(files, filters)
+    frame = scan(files, filters, text_sample_rows=text_sample_rows)
     d = stats.Derived(frame)
     report = _overview(d)
     report.update(
