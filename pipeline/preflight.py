@@ -1,7 +1,7 @@
 """Preflight: is each endpoint the server the config says it is?
 
-For one endpoint, `preflight_endpoint` first gathers facts over the control plane (reachability, auth, /health,
-/v1/models, the resolved /server_info, a live thinking probe), then judges them with pure functions. Only what
+For one endpoint, `preflight_endpoint` gathers facts over the control plane (reachability, auth, /health,
+/v1/models, the resolved /server_info, a live thinking probe); `verdicts` judges them with pure functions. Only what
 `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else preflight learns
 (speculative decoding on or off, accept length, capacity) is information. Behind sglang-router, whose own
 /get_server_info describes the router, each worker listed at /workers is checked in turn.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import difflib
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -27,13 +26,36 @@ from . import sglang_facts as facts
 from .config import ClientConfig, Config, EndpointConfig
 from .errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
 from .retry import RetryPolicy
+from .verdicts import (
+    Expectation,
+    Facts,
+    format_preflight,
+    info_of,
+    judge_basics,
+    judge_concurrency,
+    judge_expect,
+    judge_info,
+    judge_probe,
+    judge_reach,
+    make_check,
+    worker_checks,
+)
+
+__all__ = [
+    "PROBE_PROMPT",
+    "PROBE_RID_PREFIX",
+    "fingerprint_changes",
+    "format_preflight",
+    "preflight",
+    "preflight_endpoint",
+    "server_fingerprint",
+]
 
 PROBE_RID_PREFIX = "regen-probe-"
 PROBE_MAX_TOKENS = 128
 PROBE_PROMPT = "What is 17 + 25? Think briefly, then answer with the number."
 
 Sleep = Callable[[float], Awaitable[None]]
-Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
 
 
 # ---------------------------------------------------------------- the control plane (one httpx client)
@@ -92,21 +114,8 @@ async def _retrying(fn: Callable[[], Awaitable[Any]], attempts: int, policy: Ret
 # ---------------------------------------------------------------- gathering facts
 
 
-@dataclasses.dataclass
-class _Facts:
-    url: str
-    reach: str = "open"  # open | port closed | timeout | error text
-    auth_status: int | None = None
-    health: int | str | None = None
-    models: list[str] = dataclasses.field(default_factory=list)
-    info: dict[str, Any] | None = None
-    info_path: str = "/server_info"
-    router_workers: list[str] | None = None
-    probe: dict[str, Any] | None = None
-
-
-async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> _Facts:
-    got = _Facts(ctl.url)
+async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> Facts:
+    got = Facts(ctl.url)
     attempts = cfg.client.max_attempts
 
     async def get(path: str) -> tuple[int, Any]:
@@ -180,7 +189,7 @@ async def _router_workers(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> l
     return [str(u) for u in urls if u] if status == 200 else []
 
 
-async def _probe(ctl: _Control, cfg: Config, got: _Facts, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
+async def _probe(ctl: _Control, cfg: Config, got: Facts, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
     """One small thinking request; a fresh rid per attempt (a retried rid may still be in flight: 400 duplicate)."""
     gen = cfg.generation
     version = (got.info or {}).get("version")
@@ -234,232 +243,6 @@ def _parse_probe(resp: httpx.Response) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- judging facts (pure)
-
-
-def _check(
-    name: str, key: str | None, expected: Any, actual: Any, ok: bool, hint: str = "", level: str | None = None
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "key": key,
-        "expected": expected,
-        "actual": actual,
-        "ok": ok,
-        "hint": hint,
-        "level": level or ("info" if ok else "error"),
-    }
-
-
-def _derived(got: _Facts) -> dict[str, Any]:
-    info = got.info or {}
-    spec_on = bool(info.get("speculative_algorithm"))
-    return {
-        "version": info.get("version"),
-        "effective_max_running_requests": facts.effective_concurrency(info),
-        "speculative_decoding": spec_on,
-        "spec_accept_length": facts.spec_accept_length(info, (got.probe or {}).get("spec_accept_length"))
-        if spec_on
-        else None,
-    }
-
-
-def _judge_reach(got: _Facts, ep: EndpointConfig) -> list[dict[str, Any]]:
-    if got.reach == "port closed":
-        return [
-            _check(
-                "reachable",
-                None,
-                "open",
-                "port closed",
-                False,
-                "still loading weights or not started: SGLang binds its port only after loading",
-            )
-        ]
-    if got.reach != "open":
-        return [_check("reachable", None, "open", got.reach, False, "network problem or server hung")]
-    checks = [_check("reachable", None, "open", "open", True)]
-    if got.auth_status in (401, 403):
-        env = ep.api_key_env
-        hint = (
-            f"the key in ${env} was refused"
-            if env and os.environ.get(env)
-            else "the server wants an API key: set endpoints.api_key_env to a variable holding it"
-        )
-        checks.append(_check("auth", None, "accepted", f"refused ({got.auth_status})", False, hint))
-    return checks
-
-
-def _judge_basics(got: _Facts, cfg: Config) -> list[dict[str, Any]]:
-    ok = got.health == 200
-    hint = "" if ok else "503: still warming up, or shutting down" if got.health == 503 else "unexpected /health"
-    checks = [_check("health", None, 200, got.health, ok, hint)]
-    wanted = cfg.generation.model
-    served = got.models or [str((got.info or {}).get("served_model_name"))]
-    if wanted == "default":
-        checks.append(_check("model", "served_model_name", None, served, True, "generation.model not set"))
-    else:
-        hint = "" if wanted in served else "set generation.model to the served name (or --served-model-name)"
-        if ":" in wanted and wanted not in served:
-            hint = "a model name with ':' is read as base:adapter (LoRA) and refused with 400"
-        checks.append(_check("model", "served_model_name", wanted, served, wanted in served, hint))
-    return checks
-
-
-def _judge_expect(got: _Facts, expectations: list[Expectation]) -> list[dict[str, Any]]:
-    info = got.info or {}
-    version = info.get("version")
-    derived = _derived(got)
-    checks = []
-    for name, expected, source in expectations:
-        label = f"--{name}" if source == "launch" else name
-        key = facts.resolve_key(name, info, version)
-        if key in facts.SECRET_KEYS:
-            continue
-        if key in facts.DERIVED_KEYS:
-            actual, present = derived.get(key), derived.get(key) is not None
-        else:
-            actual, present = info.get(key), key in info
-        if not present:
-            if source == "launch":  # a launcher-only flag (or one this version does not report): information
-                checks.append(_check(label, key, expected, None, True, "not reported by /server_info", "info"))
-            else:
-                checks.append(_check(label, key, expected, None, False, _missing_hint(key, info, version)))
-            continue
-        if source == "launch" and expected == "auto":
-            checks.append(_check(label, key, expected, actual, True, f"SGLang resolved auto to {actual}"))
-            continue
-        ok = facts.same_value(key, expected, actual)
-        if (
-            ok
-            and key in facts.MAMBA_KEYS
-            and expected in ("extra_buffer", "extra_buffer_lazy")
-            and info.get("disable_radix_cache")
-            and (facts.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
-        ):
-            ok, actual = False, f"{actual} (inert: disable_radix_cache=true)"
-        hint = "" if ok else facts.drift_hint(key, expected, actual, info, version)
-        if not ok and source == "launch":
-            hint = f"you passed {label}={expected}, the server runs {key}={actual}: {hint}"
-        checks.append(_check(label, key, expected, actual, ok, hint))
-    return checks
-
-
-def _missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
-    if not info:
-        return "the server answered neither /server_info nor /get_server_info: nothing could be checked"
-    close = difflib.get_close_matches(key, [k for k in info if isinstance(k, str)], n=1, cutoff=0.7)
-    where = f"SGLang {version}" if version else "this server"
-    return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
-
-
-def _judge_info(got: _Facts, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
-    cap = _derived(got)["effective_max_running_requests"]
-    if cap is None or "effective_max_running_requests" in expect_keys:
-        return []
-    return _judge_concurrency(cap, ep, "the server runs")
-
-
-def _judge_concurrency(cap: int, ep: EndpointConfig, who: str) -> list[dict[str, Any]]:
-    """Information (a warning when the config sends more than the server runs at once), never drift."""
-    short = ep.concurrency > cap
-    hint = (
-        f"{who} at most {cap} requests at once, the rest wait in a queue: lower endpoints.concurrency to {cap} or "
-        "raise --max-running-requests (hybrid models: the mamba cache caps it)"
-        if short
-        else ""
-    )
-    level = "warning" if short else "info"
-    return [_check("concurrency", "effective_max_running_requests", f"≥ {ep.concurrency}", cap, True, hint, level)]
-
-
-def _judge_probe(got: _Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
-    probe = got.probe
-    if probe is None:
-        return []
-    if "error" in probe:
-        return [_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")]
-    content, reasoning = probe["content"], probe["reasoning"]
-    must = "reasoning_parser" in expect_keys  # a missing parser is drift only when [expect] asks for one
-    if cfg.generation.thinking:
-        separated = bool(reasoning) and "</think>" not in content
-        actual = (
-            f"reasoning {len(reasoning)} chars, answer {len(content)} chars"
-            if separated
-            else "reasoning inside content"
-            if "</think>" in content or not reasoning
-            else "?"
-        )
-        hint = (
-            ""
-            if separated
-            else (
-                "no --reasoning-parser (or separate_reasoning off): the client splits at "
-                "</think> itself, but launch with --reasoning-parser qwen3"
-            )
-        )
-        checks = [
-            _check(
-                "thinking",
-                "reasoning_content",
-                "separated",
-                actual,
-                separated or not must,
-                hint,
-                None if separated or must else "warning",
-            )
-        ]
-    else:
-        clean = "</think>" not in content
-        checks = [
-            _check(
-                "thinking",
-                "content",
-                "no think markers",
-                "clean" if clean else "</think> in content",
-                clean or not must,
-                "" if clean else "thinking is off but the answer carries </think>",
-            )
-        ]
-    derived = _derived(got)
-    if got.router_workers is None and not {"speculative_decoding", "spec_accept_length"} & expect_keys:
-        spec = (got.info or {}).get("speculative_algorithm")
-        accept = derived["spec_accept_length"]
-        actual = f"{spec}, accept length {accept}" if spec else "off"
-        checks.append(
-            _check(
-                "speculative",
-                "speculative_algorithm",
-                None,
-                actual,
-                True,
-                "" if spec else "launch with --speculative-algorithm to decode faster",
-            )
-        )
-    return checks
-
-
-def _info(got: _Facts) -> dict[str, Any]:
-    info = got.info or {}
-    derived = _derived(got)
-    mamba = next((k for k in facts.MAMBA_KEYS if k in info), None)
-    return {
-        **derived,
-        "served_models": got.models,
-        "speculative_algorithm": info.get("speculative_algorithm"),
-        "reasoning_parser": info.get("reasoning_parser"),
-        "max_running_requests": info.get("max_running_requests"),
-        "dp_size": info.get("dp_size"),
-        "mamba": {"key": mamba, "value": info.get(mamba)} if mamba else None,
-        "capacity": {k: info.get(k) for k in ("max_total_num_tokens", "max_req_input_len", "context_length")},
-        "server_info_path": got.info_path if got.info is not None else None,
-        "probe_rid": (got.probe or {}).get("rid"),
-        "probe_finish_reason": (got.probe or {}).get("finish_reason"),
-        "probe_attempts": (got.probe or {}).get("attempts"),
-        "router_workers": got.router_workers,
-    }
-
-
 # ---------------------------------------------------------------- public API
 
 
@@ -499,28 +282,28 @@ async def preflight_endpoint(
     expectations = _expectations(cfg, extra_expect)
     async with _control(url, cfg.client, api_key) as ctl:
         got = await _gather(ctl, cfg, probe, retry, sleep)
-    checks = _judge_reach(got, ep)
+    checks = judge_reach(got, ep)
     result: dict[str, Any] = {
         "url": url,
         "ok": False,
         "reachable": got.reach == "open",
         "version": None,
         "checks": checks,
-        "info": _info(got),
+        "info": info_of(got),
     }
     if not all(c["ok"] for c in checks):
         return result
     expect_keys = {facts.server_key(name) for name, _, _ in expectations}
-    checks += _judge_basics(got, cfg)
+    checks += judge_basics(got, cfg)
     if got.router_workers is None:
-        checks += _judge_expect(got, expectations) + _judge_info(got, ep, expect_keys)
+        checks += judge_expect(got, expectations) + judge_info(got, ep, expect_keys)
     else:
         result["workers"] = await _check_workers(got.router_workers, cfg, api_key, extra_expect, retry, sleep)
-        checks += _worker_checks(result["workers"], expectations)
+        checks += worker_checks(result["workers"], expectations)
         caps = [w["info"]["effective_max_running_requests"] for w in result["workers"] if w["reachable"]]
         if caps and None not in caps and "effective_max_running_requests" not in expect_keys:
-            checks += _judge_concurrency(sum(caps), ep, "the router's workers together run")
-    checks += _judge_probe(got, cfg, expect_keys)
+            checks += judge_concurrency(sum(caps), ep, "the router's workers together run")
+    checks += judge_probe(got, cfg, expect_keys)
     result["version"] = (got.info or {}).get("version")
     result["ok"] = all(c["ok"] for c in checks)
     return result
@@ -539,34 +322,6 @@ async def _check_workers(
         for u in urls
     ]
     return list(await asyncio.gather(*tasks))
-
-
-def _worker_checks(workers: list[dict[str, Any]], expectations: list[Expectation]) -> list[dict[str, Any]]:
-    """A router's own checks: every worker's server-arg checks, tagged with the worker, or why none were made."""
-    if not workers:
-        names = ", ".join(n for n, _, _ in expectations) or "none asked"
-        return [
-            _check(
-                "router workers",
-                None,
-                "listed at /workers",
-                [],
-                not expectations,
-                f"the router lists no workers: [expect] checks not made ({names})",
-            )
-        ]
-    out = []
-    for worker in workers:
-        for check in worker["checks"]:
-            if check["name"] in ("model", "probe", "thinking", "speculative", "concurrency"):
-                continue
-            tagged = {**check, "worker": worker["url"]}
-            if check["name"] == "reachable" and not check["ok"]:
-                names = ", ".join(n for n, _, _ in expectations)
-                tagged["hint"] = f"the router lists it but it cannot be reached from here: not checked: {names}"
-                tagged["ok"] = not expectations
-            out.append(tagged)
-    return out
 
 
 async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool = True) -> dict[str, Any]:
@@ -600,7 +355,7 @@ async def _start_sim(stack: AsyncExitStack, ep: EndpointConfig) -> tuple[str, st
 
 
 async def _failed_start(ep: EndpointConfig, message: str) -> dict[str, Any]:
-    check = _check("start", None, "the simulator starts", message, False, "fix endpoints.sim_args")
+    check = make_check("start", None, "the simulator starts", message, False, "fix endpoints.sim_args")
     return {"url": ep.url, "ok": False, "reachable": False, "version": None, "checks": [check], "info": {}}
 
 
@@ -623,34 +378,3 @@ def fingerprint_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
     """Human lines "key: a → b" for every fingerprint key that differs."""
     keys = sorted(set(before) | set(after))
     return [f"{k}: {before.get(k)!r} → {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
-
-
-def format_preflight(result: Mapping[str, Any]) -> str:
-    """A table per endpoint: check, expected, actual, verdict, hint."""
-    blocks = []
-    for ep in result.get("endpoints", []):
-        head = f"{ep['url']}  {'OK' if ep['ok'] else 'FAILED'}" + (
-            f"  (SGLang {ep['version']})" if ep.get("version") else ""
-        )
-        rows = [("check", "expected", "actual", "verdict", "hint")]
-        for c in ep["checks"]:
-            verdict = "DRIFT" if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
-            name = c["name"] if c["key"] in (None, c["name"]) else f"{c['name']} [{c['key']}]"
-            if c.get("worker"):
-                name = f"{c['worker']}: {name}"
-            rows.append((name, _show(c["expected"]), _show(c["actual"]), verdict, c["hint"] or ""))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
-        blocks.append("\n".join([head, *[line.rstrip() for line in lines]]))
-    verdict = "preflight passed" if result.get("ok") else "preflight FAILED: the servers differ from the config"
-    return "\n\n".join([*blocks, verdict])
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return ", ".join(map(str, value)) or "-"
-    return str(value)

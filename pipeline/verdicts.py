@@ -1,0 +1,320 @@
+"""Preflight's judgement, pure functions of what was gathered: facts in, checks out.
+
+Only what `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else is
+information. Every check is `{name, key, expected, actual, ok, hint, level}`: `key` is the /server_info key
+actually checked (version-aware for the mamba strategy), `level` is "error" for a failed check, else "warning" or
+"info".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from . import sglang_facts as facts
+from .config import Config, EndpointConfig
+
+Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
+
+
+@dataclasses.dataclass
+class Facts:
+    url: str
+    reach: str = "open"  # open | port closed | timeout | error text
+    auth_status: int | None = None
+    health: int | str | None = None
+    models: list[str] = dataclasses.field(default_factory=list)
+    info: dict[str, Any] | None = None
+    info_path: str = "/server_info"
+    router_workers: list[str] | None = None
+    probe: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------- judging facts (pure)
+
+
+def make_check(
+    name: str, key: str | None, expected: Any, actual: Any, ok: bool, hint: str = "", level: str | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "key": key,
+        "expected": expected,
+        "actual": actual,
+        "ok": ok,
+        "hint": hint,
+        "level": level or ("info" if ok else "error"),
+    }
+
+
+def derived_facts(got: Facts) -> dict[str, Any]:
+    info = got.info or {}
+    spec_on = bool(info.get("speculative_algorithm"))
+    return {
+        "version": info.get("version"),
+        "effective_max_running_requests": facts.effective_concurrency(info),
+        "speculative_decoding": spec_on,
+        "spec_accept_length": facts.spec_accept_length(info, (got.probe or {}).get("spec_accept_length"))
+        if spec_on
+        else None,
+    }
+
+
+def judge_reach(got: Facts, ep: EndpointConfig) -> list[dict[str, Any]]:
+    if got.reach == "port closed":
+        return [
+            make_check(
+                "reachable",
+                None,
+                "open",
+                "port closed",
+                False,
+                "still loading weights or not started: SGLang binds its port only after loading",
+            )
+        ]
+    if got.reach != "open":
+        return [make_check("reachable", None, "open", got.reach, False, "network problem or server hung")]
+    checks = [make_check("reachable", None, "open", "open", True)]
+    if got.auth_status in (401, 403):
+        env = ep.api_key_env
+        hint = (
+            f"the key in ${env} was refused"
+            if env and os.environ.get(env)
+            else "the server wants an API key: set endpoints.api_key_env to a variable holding it"
+        )
+        checks.append(make_check("auth", None, "accepted", f"refused ({got.auth_status})", False, hint))
+    return checks
+
+
+def judge_basics(got: Facts, cfg: Config) -> list[dict[str, Any]]:
+    ok = got.health == 200
+    hint = "" if ok else "503: still warming up, or shutting down" if got.health == 503 else "unexpected /health"
+    checks = [make_check("health", None, 200, got.health, ok, hint)]
+    wanted = cfg.generation.model
+    served = got.models or [str((got.info or {}).get("served_model_name"))]
+    if wanted == "default":
+        checks.append(make_check("model", "served_model_name", None, served, True, "generation.model not set"))
+    else:
+        hint = "" if wanted in served else "set generation.model to the served name (or --served-model-name)"
+        if ":" in wanted and wanted not in served:
+            hint = "a model name with ':' is read as base:adapter (LoRA) and refused with 400"
+        checks.append(make_check("model", "served_model_name", wanted, served, wanted in served, hint))
+    return checks
+
+
+def judge_expect(got: Facts, expectations: list[Expectation]) -> list[dict[str, Any]]:
+    info = got.info or {}
+    version = info.get("version")
+    derived = derived_facts(got)
+    checks = []
+    for name, expected, source in expectations:
+        label = f"--{name}" if source == "launch" else name
+        key = facts.resolve_key(name, info, version)
+        if key in facts.SECRET_KEYS:
+            continue
+        if key in facts.DERIVED_KEYS:
+            actual, present = derived.get(key), derived.get(key) is not None
+        else:
+            actual, present = info.get(key), key in info
+        if not present:
+            if source == "launch":  # a launcher-only flag (or one this version does not report): information
+                checks.append(make_check(label, key, expected, None, True, "not reported by /server_info", "info"))
+            else:
+                checks.append(make_check(label, key, expected, None, False, missing_hint(key, info, version)))
+            continue
+        if source == "launch" and expected == "auto":
+            checks.append(make_check(label, key, expected, actual, True, f"SGLang resolved auto to {actual}"))
+            continue
+        ok = facts.same_value(key, expected, actual)
+        if (
+            ok
+            and key in facts.MAMBA_KEYS
+            and expected in ("extra_buffer", "extra_buffer_lazy")
+            and info.get("disable_radix_cache")
+            and (facts.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
+        ):
+            ok, actual = False, f"{actual} (inert: disable_radix_cache=true)"
+        hint = "" if ok else facts.drift_hint(key, expected, actual, info, version)
+        if not ok and source == "launch":
+            hint = f"you passed {label}={expected}, the server runs {key}={actual}: {hint}"
+        checks.append(make_check(label, key, expected, actual, ok, hint))
+    return checks
+
+
+def missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
+    if not info:
+        return "the server answered neither /server_info nor /get_server_info: nothing could be checked"
+    close = difflib.get_close_matches(key, [k for k in info if isinstance(k, str)], n=1, cutoff=0.7)
+    where = f"SGLang {version}" if version else "this server"
+    return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
+
+
+def judge_info(got: Facts, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
+    cap = derived_facts(got)["effective_max_running_requests"]
+    if cap is None or "effective_max_running_requests" in expect_keys:
+        return []
+    return judge_concurrency(cap, ep, "the server runs")
+
+
+def judge_concurrency(cap: int, ep: EndpointConfig, who: str) -> list[dict[str, Any]]:
+    """Information (a warning when the config sends more than the server runs at once), never drift."""
+    short = ep.concurrency > cap
+    hint = (
+        f"{who} at most {cap} requests at once, the rest wait in a queue: lower endpoints.concurrency to {cap} or "
+        "raise --max-running-requests (hybrid models: the mamba cache caps it)"
+        if short
+        else ""
+    )
+    level = "warning" if short else "info"
+    return [make_check("concurrency", "effective_max_running_requests", f"≥ {ep.concurrency}", cap, True, hint, level)]
+
+
+def judge_probe(got: Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
+    probe = got.probe
+    if probe is None:
+        return []
+    if "error" in probe:
+        return [
+            make_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")
+        ]
+    content, reasoning = probe["content"], probe["reasoning"]
+    must = "reasoning_parser" in expect_keys  # a missing parser is drift only when [expect] asks for one
+    if cfg.generation.thinking:
+        separated = bool(reasoning) and "</think>" not in content
+        actual = (
+            f"reasoning {len(reasoning)} chars, answer {len(content)} chars"
+            if separated
+            else "reasoning inside content"
+            if "</think>" in content or not reasoning
+            else "?"
+        )
+        hint = (
+            ""
+            if separated
+            else (
+                "no --reasoning-parser (or separate_reasoning off): the client splits at "
+                "</think> itself, but launch with --reasoning-parser qwen3"
+            )
+        )
+        checks = [
+            make_check(
+                "thinking",
+                "reasoning_content",
+                "separated",
+                actual,
+                separated or not must,
+                hint,
+                None if separated or must else "warning",
+            )
+        ]
+    else:
+        clean = "</think>" not in content
+        checks = [
+            make_check(
+                "thinking",
+                "content",
+                "no think markers",
+                "clean" if clean else "</think> in content",
+                clean or not must,
+                "" if clean else "thinking is off but the answer carries </think>",
+            )
+        ]
+    derived = derived_facts(got)
+    if got.router_workers is None and not {"speculative_decoding", "spec_accept_length"} & expect_keys:
+        spec = (got.info or {}).get("speculative_algorithm")
+        accept = derived["spec_accept_length"]
+        actual = f"{spec}, accept length {accept}" if spec else "off"
+        checks.append(
+            make_check(
+                "speculative",
+                "speculative_algorithm",
+                None,
+                actual,
+                True,
+                "" if spec else "launch with --speculative-algorithm to decode faster",
+            )
+        )
+    return checks
+
+
+def info_of(got: Facts) -> dict[str, Any]:
+    info = got.info or {}
+    derived = derived_facts(got)
+    mamba = next((k for k in facts.MAMBA_KEYS if k in info), None)
+    return {
+        **derived,
+        "served_models": got.models,
+        "speculative_algorithm": info.get("speculative_algorithm"),
+        "reasoning_parser": info.get("reasoning_parser"),
+        "max_running_requests": info.get("max_running_requests"),
+        "dp_size": info.get("dp_size"),
+        "mamba": {"key": mamba, "value": info.get(mamba)} if mamba else None,
+        "capacity": {k: info.get(k) for k in ("max_total_num_tokens", "max_req_input_len", "context_length")},
+        "server_info_path": got.info_path if got.info is not None else None,
+        "probe_rid": (got.probe or {}).get("rid"),
+        "probe_finish_reason": (got.probe or {}).get("finish_reason"),
+        "probe_attempts": (got.probe or {}).get("attempts"),
+        "router_workers": got.router_workers,
+    }
+
+
+def worker_checks(workers: list[dict[str, Any]], expectations: list[Expectation]) -> list[dict[str, Any]]:
+    """A router's own checks: every worker's server-arg checks, tagged with the worker, or why none were made."""
+    if not workers:
+        names = ", ".join(n for n, _, _ in expectations) or "none asked"
+        return [
+            make_check(
+                "router workers",
+                None,
+                "listed at /workers",
+                [],
+                not expectations,
+                f"the router lists no workers: [expect] checks not made ({names})",
+            )
+        ]
+    out = []
+    for worker in workers:
+        for check in worker["checks"]:
+            if check["name"] in ("model", "probe", "thinking", "speculative", "concurrency"):
+                continue
+            tagged = {**check, "worker": worker["url"]}
+            if check["name"] == "reachable" and not check["ok"]:
+                names = ", ".join(n for n, _, _ in expectations)
+                tagged["hint"] = f"the router lists it but it cannot be reached from here: not checked: {names}"
+                tagged["ok"] = not expectations
+            out.append(tagged)
+    return out
+
+
+def format_preflight(result: Mapping[str, Any]) -> str:
+    """A table per endpoint: check, expected, actual, verdict, hint."""
+    blocks = []
+    for ep in result.get("endpoints", []):
+        head = f"{ep['url']}  {'OK' if ep['ok'] else 'FAILED'}" + (
+            f"  (SGLang {ep['version']})" if ep.get("version") else ""
+        )
+        rows = [("check", "expected", "actual", "verdict", "hint")]
+        for c in ep["checks"]:
+            verdict = "DRIFT" if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
+            name = c["name"] if c["key"] in (None, c["name"]) else f"{c['name']} [{c['key']}]"
+            if c.get("worker"):
+                name = f"{c['worker']}: {name}"
+            rows.append((name, show(c["expected"]), show(c["actual"]), verdict, c["hint"] or ""))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+        blocks.append("\n".join([head, *[line.rstrip() for line in lines]]))
+    verdict = "preflight passed" if result.get("ok") else "preflight FAILED: the servers differ from the config"
+    return "\n\n".join([*blocks, verdict])
+
+
+def show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
