@@ -1,7 +1,7 @@
 """One streaming, column-selective pass over committed files into a compact per-row frame.
 
 Every row contributes its numeric columns and its answer, reduced at once to a few numbers (trimmed byte length,
-a fingerprint); memory is ~70 bytes per row however long the completions are. The text-heavy check (degenerate
+a fingerprint); memory is ~53 bytes per row however long the completions are. The text-heavy check (degenerate
 repetition, which needs the reasoning: most of a run's bytes) runs on a deterministic sample of row groups per
 file, up to TEXT_SAMPLE_ROWS rows, spread over the file; the frame marks which rows were checked, so rates are
 "looping rows of checked rows" and every shard is still judged on rows of its own. Answers whose fingerprint is
@@ -30,7 +30,7 @@ from .frame import TOKENS, Frame, FrameBuilder
 from .rundir import DataFile
 from .where import Where
 
-BATCH_BYTES = 16 << 20  # decoded bytes per batch
+BATCH_BYTES = 4 << 20  # decoded bytes per batch (bigger batches cost memory and gain nothing)
 MIN_BATCH_ROWS, MAX_BATCH_ROWS = 256, 65536
 SCAN_THREADS = min(4, os.cpu_count() or 1)
 TEXT_SAMPLE_ROWS = 512  # rows per file whose reasoning is read for the looping check (a 5% rate is ~25 rows)
