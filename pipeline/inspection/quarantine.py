@@ -8,9 +8,8 @@ already in a `quarantine-*` rejects file are never written to rejects again, and
 even if they would pass now (the reject copy wins; shards lose). A crash inside 1 or 2 leaves only a hidden tmp
 file, which readers ignore and the next quarantine deletes. Run it on a stopped run: it rewrites committed shards.
 
-The store settles ids found in both places the other way (a shard row beats a reject row, see store/recovery.py),
-so if a `regen run` resumes inside that window the quarantine of those rows is undone, never duplicated; the next
-`validate --quarantine` with the same thresholds moves them again. The quarantine holds the store's rewrite lock.
+The store settles such ids the same way when a `regen run` resumes inside that window (an id in a shard and in a
+`quarantine-*` rejects file leaves the shard, see store/recovery.py). The quarantine holds the store's rewrite lock.
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ def warnings(d: Derived, overall: dict[str, Any]) -> list[str]:
 def counts(codes: np.ndarray, names: list[str], mask: np.ndarray) -> dict[str, int]:
     values, n = np.unique(codes[mask], return_counts=True)
     tally = zip(values.tolist(), n.tolist(), strict=True)
-    ordered = sorted(((names[c], n) for c, n in tally if c >= 0), key=lambda kv: (-kv[1], kv[0]))
+    ordered = sorted(((names[c] or "(none)", n) for c, n in tally if c >= 0), key=lambda kv: (-kv[1], kv[0]))
     return dict(ordered)
 
 
