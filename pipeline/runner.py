@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from .autosize import Autosizer
 from .client import EndpointClient
 from .config import Config, EndpointConfig, read_endpoints_file
 from .dispatcher import Dispatcher
@@ -205,6 +206,7 @@ class Runner:
                     tg.create_task(self._syncer(store)),
                     tg.create_task(self._ticker()),
                     tg.create_task(self._monitor().run()),
+                    tg.create_task(Autosizer(self.pool, on_event=self.metrics.record_error).run()),
                     tg.create_task(self._watch_endpoints_file()),
                 ]
                 producer = tg.create_task(self._produce(reader, done, store, queue))

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from tests.conftest import ROOT, SimProcess, committed_ids, read_rows, regen
@@ -234,3 +235,18 @@ def test_stall_is_detected_within_the_stall_timeout(tmp_path: Path, sim) -> None
     assert "stalled" in rejects[0]["detail"]
     assert timings["stalling"] - timings["healthy"] <= 2.0 + 1.0, timings
     assert stalling.stats()["cancelled"] == 1
+
+
+def test_automatic_concurrency_fills_the_batch_with_a_small_queue(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--max-running-requests", "8", "--decode-rate", "6000", "--mean-output-tokens", "300")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=150)
+    cfg = config(tmp_path, [server.url])
+    cfg.write_text(cfg.read_text().replace("concurrency = 8", "concurrency = 0"))
+    result = regen("run", str(cfg), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert_exactly_once(tmp_path / "run", ids)
+    snaps = [orjson.loads(line) for line in (tmp_path / "run" / "metrics" / "worker-0.jsonl").read_bytes().splitlines()]
+    ep = [s["endpoints"][server.url] for s in snaps if s["endpoints"]]
+    assert ep[0]["capacity_source"] in ("server advertises 8", "adjusted from /v1/loads")
+    assert all(8 <= e["capacity"] <= 12 for e in ep), [e["capacity"] for e in ep]  # 8 slots + a queue of 2
+    assert max(e["inflight"] for e in ep) >= 8  # the batch was kept full
