@@ -125,10 +125,9 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if "pandas" not in sys.modules:
-        # pyarrow imports pandas on its first list-to-array conversion just to check for pandas types: ~1 s and
-        # ~60 MB of RSS that a run never uses. A `regen run` process has no other use for pandas.
-        sys.meta_path.insert(0, _NoPandas())
+    from .memory import tune_for_run
+
+    tune_for_run()
     from .runner import RunOptions, run, worker_from_env
 
     overrides = list(args.set)
@@ -172,14 +171,6 @@ def cmd_launch(args: argparse.Namespace) -> int:
     result = asyncio.run(launch(load_config(args.config, args.set), dry_run=args.dry_run, script=args.script))
     print(format_launch(result))
     return 0 if result["ok"] else 1
-
-
-class _NoPandas:
-    """An import hook that makes `import pandas` fail, as if it were not installed."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"pandas is not used by `regen run` (import blocked): {name}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
