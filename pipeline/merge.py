@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from .errors import ConfigError, InputError, LockedError, OutputError
 from .export import committed_parts
+from .store.durable import fsync_dir, fsync_file
 
 PLAN = "merge.json"
 COMPRESSION = "zstd"
@@ -136,7 +137,7 @@ def _merge_folder(run_dir: Path, folder: Path, target_rows: int, row_group_rows:
     try:
         for group in groups:
             _write_outputs(folder, group, row_group_rows)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     except BaseException:
         _roll_back(run_dir, plan)  # undo now rather than leave duplicates for the next open
         raise
@@ -187,7 +188,7 @@ def _write_outputs(folder: Path, group: dict[str, Any], row_group_rows: int) -> 
                         raise OutputError(f"{folder}: inputs changed during the merge; merge again")
                     writer.write_table(table, row_group_size=row_group_rows)
                     left -= len(table)
-            _fsync_file(tmp)
+            fsync_file(tmp)
             os.rename(tmp, folder / name)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
@@ -253,7 +254,7 @@ def _roll_forward(run_dir: Path, plan: dict[str, Any]) -> None:
     try:
         for name in plan["inputs"]:
             (folder / name).unlink(missing_ok=True)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     except OSError as exc:
         raise OutputError(f"cannot delete merged inputs in {folder}: {exc.strerror or exc}; merge again") from exc
     _remove_plan(run_dir)
@@ -273,7 +274,7 @@ def _roll_back(run_dir: Path, plan: dict[str, Any]) -> None:
     try:
         for out in plan["outputs"]:
             (folder / out["name"]).unlink(missing_ok=True)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     except OSError as exc:
         raise OutputError(f"cannot remove partial merge outputs in {folder}: {exc.strerror or exc}") from exc
     _remove_plan(run_dir)
@@ -299,27 +300,11 @@ def _write_plan(run_dir: Path, plan: dict[str, Any]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, run_dir / PLAN)
-        _fsync_dir(run_dir)
+        fsync_dir(run_dir)
     except OSError as exc:
         raise OutputError(f"cannot write the merge plan {run_dir / PLAN}: {exc.strerror or exc}") from exc
 
 
 def _remove_plan(run_dir: Path) -> None:
     (run_dir / PLAN).unlink(missing_ok=True)
-    _fsync_dir(run_dir)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(run_dir)

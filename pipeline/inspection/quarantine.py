@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from ..config import ValidateConfig
 from ..records import Completion
 from ..schema import reject_schema
+from ..store.durable import fsync_dir
 from ..store.locks import FileLock, rewrite_lock_path
 from ..validator import validate
 from . import rundir
@@ -209,7 +210,7 @@ def _commit(tmp: Path, target: Path) -> None:
     with tmp.open("rb+") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, target)
-    rundir.fsync_dir(target.parent)
+    fsync_dir(target.parent)
 
 
 def _compression(pfile: pq.ParquetFile) -> str:
