@@ -208,30 +208,26 @@ class EndpointClient:
 
     async def check_health(self, timeout_s: float = 10.0) -> None:
         """GET /health and require a 200; the body is not read as JSON (sglang-router answers plain "OK")."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                async with self.session.get(f"{self.url}/health") as resp:
-                    raw = await resp.read()
-                    if resp.status != 200:
-                        _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
-        except RequestError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise _map_transport(exc, self.url) from exc
+        await self._get("/health", timeout_s)
 
     async def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
-        """A small control-plane GET (health, server_info, loads)."""
+        """A small control-plane GET (server_info, loads), parsed."""
+        raw = await self._get(path, timeout_s)
+        try:
+            return orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError as exc:
+            raise RetryableRequestError(f"{self.url}{path}: invalid JSON: {exc}") from None
+
+    async def _get(self, path: str, timeout_s: float) -> bytes:
         try:
             async with asyncio.timeout(timeout_s):
                 async with self.session.get(f"{self.url}{path}") as resp:
                     raw = await resp.read()
                     if resp.status != 200:
                         _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
-                    return orjson.loads(raw) if raw else None
+                    return raw
         except RequestError:
             raise
-        except orjson.JSONDecodeError as exc:
-            raise RetryableRequestError(f"{self.url}{path}: invalid JSON: {exc}") from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _map_transport(exc, self.url) from exc
 
