@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,11 @@ from .errors import Interrupted, RegenError
 EPILOG = "Exit codes: 0 done, 1 problem found, 2 bad config or input, 3 no usable endpoint, 4 locked, 130 interrupted."
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="regen", description="Batch completion generation for thinking-mode LLM datasets.", epilog=EPILOG
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _set(p: argparse.ArgumentParser, help: str = "override one config key") -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
 
-    p = sub.add_parser("run", help="generate (or resume) completions for a config", epilog=EPILOG)
+
+def _args_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML config file")
     p.add_argument("--input", help="override input.path")
     p.add_argument("--output", help="override output.dir (the RUN_DIR)")
@@ -35,27 +33,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-rejects", action="store_true", help="re-attempt ids that are in rejects")
     p.add_argument("--allow-config-change", action="store_true", help="resume despite a changed generation config")
     p.add_argument("--skip-preflight", action="store_true", help="do not check endpoints against [expect]")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    _set(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
 
-    p = sub.add_parser("preflight", help="check endpoints against [expect] before spending GPU time", epilog=EPILOG)
+
+def _args_preflight(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML config file")
     p.add_argument("--endpoint", action="append", default=[], metavar="URL", help="check these instead")
     p.add_argument("--no-probe", action="store_true", help="skip the live thinking probe")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    _set(p)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("launch", help="start the SGLang server a config expects, then preflight it", epilog=EPILOG)
+
+def _args_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML config file")
     p.add_argument("--dry-run", action="store_true", help="print the argv and write the script; start nothing")
     p.add_argument("--script", type=Path, default=Path("launch.sh"), metavar="FILE", help="default ./launch.sh")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    _set(p)
 
-    p = sub.add_parser("status", help="progress of a RUN_DIR (works while it runs)")
+
+def _args_status(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("inspect", help="quality stats and random samples of a RUN_DIR")
+
+def _args_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--sample", type=int, default=5, metavar="N")
     p.add_argument("--seed", type=int, default=0, metavar="S")
@@ -66,13 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("validate", help="re-run the validators over committed shards")
+
+def _args_validate(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a validate.* threshold")
+    _set(p, "override a validate.* threshold")
     p.add_argument("--quarantine", action="store_true", help="move failing rows into rejects")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("export", help="training-ready export (chat, sharegpt, OpenAI batch output) + dataset card")
+
+def _args_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--format", required=True, choices=["chat", "sharegpt", "openai-batch-output"])
     p.add_argument("--out", required=True, type=Path, metavar="DIR")
@@ -82,11 +86,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--think-close", default="</think>", help="tag after the reasoning in chat exports")
     p.add_argument("--include-rejects", action="store_true", help="also export rejected rows (separately)")
 
-    p = sub.add_parser("merge", help="combine small shards into shards of a target size")
+
+def _args_merge(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--target-rows", type=int, default=10_000, metavar="N")
     p.add_argument("--rejects", action="store_true", help="merge rejects/ too")
 
+
+_SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = [
+    ("run", "generate (or resume) completions for a config", _args_run),
+    ("preflight", "check endpoints against [expect] before spending GPU time", _args_preflight),
+    ("launch", "start the SGLang server a config expects, then preflight it", _args_launch),
+    ("status", "progress of a RUN_DIR (works while it runs)", _args_status),
+    ("inspect", "quality stats and random samples of a RUN_DIR", _args_inspect),
+    ("validate", "re-run the validators over committed shards", _args_validate),
+    ("export", "training-ready export (chat, sharegpt, OpenAI batch output) + dataset card", _args_export),
+    ("merge", "combine small shards into shards of a target size", _args_merge),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="regen", description="Batch completion generation for thinking-mode LLM datasets.", epilog=EPILOG
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help, add_args in _SUBCOMMANDS:
+        add_args(sub.add_parser(name, help=help, epilog=EPILOG))
     # The simulator's flags are its own parser, built only for `regen sim` (it imports the whole simulator).
     sub.add_parser("sim", help="run the SGLang simulator (regen sim --help for its flags)", add_help=False)
     return parser
