@@ -53,18 +53,18 @@ class GenRequest:
     model: str
     max_new_tokens: int | None  # None: until EOS or the context limit
     stream: bool
-    include_usage: bool
-    continuous_usage: bool
     sampling_key: tuple[Any, ...]
     rid: str | None
-    thinking: bool  # the model thinks (chat_template_kwargs.enable_thinking, default on)
-    force_reasoning: bool  # the qwen3 parser starts inside reasoning
-    separate_reasoning: bool
-    stream_reasoning: bool
-    force_nonempty_content: bool
-    return_meta_info: bool
-    return_spec_details: bool
     prompt_tokens: int
+    include_usage: bool = False
+    continuous_usage: bool = False
+    thinking: bool = False  # the model thinks (chat_template_kwargs.enable_thinking, default on for chat)
+    force_reasoning: bool = False  # the qwen3 parser starts inside reasoning
+    separate_reasoning: bool = False
+    stream_reasoning: bool = False
+    force_nonempty_content: bool = False
+    return_meta_info: bool = False
+    return_spec_details: bool = False
 
 
 def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
@@ -262,16 +262,8 @@ def parse_completion(body: dict[str, Any], context: int) -> GenRequest:
         max_new_tokens=check_context(prompt_tokens, max_tokens, context),
         stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
-        continuous_usage=False,
         sampling_key=check_sampling(body),
         rid=_rid(body),
-        thinking=False,
-        force_reasoning=False,
-        separate_reasoning=False,
-        stream_reasoning=False,
-        force_nonempty_content=False,
-        return_meta_info=False,
-        return_spec_details=False,
         prompt_tokens=prompt_tokens,
     )
 
@@ -296,17 +288,8 @@ def parse_generate(body: dict[str, Any], context: int) -> GenRequest:
         model="default",
         max_new_tokens=check_context(prompt_tokens, max_new, context),
         stream=bool(body.get("stream")),
-        include_usage=False,
-        continuous_usage=False,
         sampling_key=check_sampling(params),
         rid=_rid(body),
-        thinking=False,
-        force_reasoning=False,
-        separate_reasoning=False,
-        stream_reasoning=False,
-        force_nonempty_content=False,
-        return_meta_info=False,
-        return_spec_details=False,
         prompt_tokens=prompt_tokens,
     )
 
