@@ -59,6 +59,9 @@ def _peak_rss_mb() -> float:
 
 
 def measure(run_dir: Path, workers: int) -> dict[str, float]:
+    from ..memory import tune_for_run
+
+    tune_for_run()  # as `regen run` does before it resumes
     before = _peak_rss_mb()
     start = time.perf_counter()
     store = RunStore(run_dir, worker_index=0, num_workers=workers, keep_fields=())

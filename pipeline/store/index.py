@@ -65,14 +65,16 @@ class CommittedIndex:
         return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
 
     def done(self, kind: str) -> DoneSet:
-        return DoneSet(self.hashes(kind))
+        arrays = [p.hashes for p in self.parts.values() if p.kind == kind]
+        return DoneSet(np.concatenate(arrays), owned=True) if arrays else DoneSet()
 
     def duplicated(self) -> np.ndarray:
         """Hashes that occur more than once across all committed parts (normally none)."""
         arrays = [p.hashes for p in self.parts.values()]
         if not arrays:
             return np.empty(0, dtype=np.uint64)
-        everything = np.sort(np.concatenate(arrays))
+        everything = np.concatenate(arrays)
+        everything.sort()  # in place: the concatenation is ours
         return sorted_unique(everything[1:][everything[1:] == everything[:-1]])
 
     def files_with(self, hashes: np.ndarray, kind: str | None = None) -> list[Path]:
