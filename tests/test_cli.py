@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,28 @@ def test_bad_config_exit_code_and_message(tmp_path: Path, capsys: pytest.Capture
 def test_worker_index_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "configs/demo.toml", "--worker-index", "3", "--num-workers", "2", "--no-progress"]) == 2
     assert "--worker-index 3 must be in [0, 2)" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`regen inspect RUN --json | head -1`: when the reader leaves, regen stops quietly (exit 141, as SIGPIPE)."""
+    from tests.test_inspection_runs import build_run
+
+    class ClosedPipe:
+        def __init__(self) -> None:
+            self.sink = open(os.devnull, "w")
+
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            return self.sink.fileno()
+
+        def flush(self) -> None:
+            pass
+
+    pipe = ClosedPipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    try:
+        assert main(["inspect", str(build_run(tmp_path)), "--json"]) == 141
+    finally:
+        pipe.sink.close()
