@@ -98,8 +98,7 @@ class HealthMonitor:
         if why == "still unreachable":
             self.pool.mark_down(ep, why)
             return False
-        self.pool.retire(ep, why)
-        n = self.pool.kill(ep, why) if ep.tasks else 0
+        n = self.pool.kill(ep, why)  # its in-flight requests (if any) move to other endpoints
         self.pool.retire(ep, why)
         self.on_event(f"{ep.url}: removed from the pool: {why} ({n} requests moved elsewhere)")
         return False
