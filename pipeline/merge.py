@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 from .errors import ConfigError, InputError, LockedError, OutputError
 from .export import committed_parts
 from .store.durable import fsync_dir, fsync_file
+from .store.shards import parquet_options
 
 PLAN = "merge.json"
-COMPRESSION = "zstd"
 ROW_GROUP_ROWS = 512
 _TMP_PREFIX = ".merge-"
 
@@ -180,7 +180,7 @@ def _write_outputs(folder: Path, group: dict[str, Any], row_group_rows: int) -> 
     for name, rows in group["outputs"]:
         tmp = folder / f"{_TMP_PREFIX}{name}.tmp"
         try:
-            with pq.ParquetWriter(tmp, group["schema"], compression=COMPRESSION) as writer:
+            with pq.ParquetWriter(tmp, group["schema"], **parquet_options(group["schema"])) as writer:
                 left = rows
                 while left:
                     table = source.take(min(left, row_group_rows))

@@ -295,3 +295,21 @@ def test_a_row_the_schema_cannot_hold_lands_in_rejects_instead_of_poisoning_the_
     assert rejects.column("id").to_pylist() == ["bad"]
     assert rejects.column("reason").to_pylist() == ["unstorable_row"]
     assert "column 'attempts'" in rejects.column("detail")[0].as_py()
+
+
+def test_parts_dictionary_encode_only_repeating_columns_and_skip_text_statistics(tmp_path):
+    run = tmp_path / "run"
+    store = _store(run, keep_fields=("source",))
+    store.open()
+    for i in range(120):
+        store.add_accepted({**syn.accepted(f"p{i}"), "source": "web"})
+    store.close()
+    meta = pq.ParquetFile(sorted((run / "shards").glob("*.parquet"))[0]).metadata
+    columns = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i) for i in range(meta.num_columns)}
+    dictionary = {name for name, col in columns.items() if "RLE_DICTIONARY" in col.encodings}
+    assert {"finish_reason", "model", "endpoint", "source", "messages.list.element.role"} <= dictionary
+    assert dictionary.isdisjoint({"id", "reasoning", "answer", "messages.list.element.content"})
+    assert columns["id"].is_stats_set and columns["finish_reason"].is_stats_set
+    assert not columns["reasoning"].is_stats_set and not columns["answer"].is_stats_set
+    # the data reads back unchanged
+    assert sorted(pq.read_table(run / "shards").column("id").to_pylist()) == sorted(f"p{i}" for i in range(120))

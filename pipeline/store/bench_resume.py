@@ -24,7 +24,7 @@ from ..schema import reject_schema, shard_schema, to_table
 from . import synthetic
 from .journal import JournalWriter, encode
 from .run_store import RunStore
-from .shards import COMPRESSION, REJECTS, SHARDS, part_name
+from .shards import REJECTS, SHARDS, parquet_options, part_name
 
 
 def synthesise(run_dir: Path, rows: int, part_rows: int, journal_rows: int) -> None:
@@ -40,7 +40,7 @@ def synthesise(run_dir: Path, rows: int, part_rows: int, journal_rows: int) -> N
         kind = REJECTS if seq % 20 == 19 else SHARDS
         ids = pa.array([f"prompt-{i:09d}" for i in range(start, start + n)], pa.string())
         table = templates[kind].slice(0, n).set_column(0, pa.field("id", pa.string(), nullable=False), ids)
-        pq.write_table(table, run_dir / kind / part_name(0, seq), compression=COMPRESSION, row_group_size=512)
+        pq.write_table(table, run_dir / kind / part_name(0, seq), row_group_size=512, **parquet_options(table.schema))
     journal = JournalWriter(run_dir / "journal", 1, 0)
     journal.append([encode("accepted", synthetic.accepted(f"journal-{i}")) for i in range(journal_rows)])
     journal.close()
