@@ -40,7 +40,7 @@ _NO_DICTIONARY = frozenset({"id"})
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """ParquetWriter keywords for a RUN_DIR table of `schema`: zstd, dictionaries only where values repeat."""
+    """ParquetWriter keywords for a RUN_DIR table of `schema`: zstd; no dictionary or statistics on long text."""
     dictionary = [f.name for f in schema if f.name not in _LONG_TEXT and f.name not in _NO_DICTIONARY]
     if "messages" in schema.names:
         dictionary.append("messages.list.element.role")
