@@ -154,10 +154,10 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .memory import tune_for_run
+    from .run.memory import tune_for_run
 
     tune_for_run()
-    from .runner import RunOptions, run, worker_from_env
+    from .run.runner import RunOptions, run, worker_from_env
 
     overrides = list(args.set)
     if args.output:
@@ -177,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         skip_preflight=args.skip_preflight,
         input_path=args.input,
     )
-    from .progress import Progress
+    from .run.progress import Progress
 
     with Progress(enabled=not args.no_progress) as progress:
         summary = run(cfg, options, on_progress=progress.update)
@@ -186,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from .preflight import format_preflight, preflight
+    from .server.preflight import format_preflight, preflight
 
     cfg = load_config(args.config, args.set)
     result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe))
@@ -195,7 +195,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from .launch import format_launch, launch
+    from .server.launch import format_launch, launch
 
     result = asyncio.run(launch(load_config(args.config, args.set), dry_run=args.dry_run, script=args.script))
     print(format_launch(result))
@@ -240,7 +240,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_run
+    from .dataset.export import export_run
 
     result = export_run(
         args.run_dir,
@@ -258,7 +258,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from .merge import merge_run
+    from .store.merge import merge_run
 
     result = merge_run(args.run_dir, target_rows=args.target_rows, rejects=args.rejects)
     print(f"merged {result['rows']} rows: {result['before_files']} files -> {result['after_files']} files")

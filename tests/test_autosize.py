@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.autosize import target_capacity
+from pipeline.endpoints.autosize import target_capacity
 
 
 def loads(running: int, waiting: int, max_running: int, ranks: int = 1) -> dict:

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipeline.card import config_toml, run_stats, write_card
 from pipeline.config import Config, config_from_dict, load_config
+from pipeline.dataset.card import config_toml, run_stats, write_card
 from pipeline.schema import reject_schema, shard_schema, to_table
 
 

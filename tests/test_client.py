@@ -1,7 +1,7 @@
 import pytest
 
-from pipeline.client import build_payload_base, request_seed, split_reasoning
 from pipeline.config import GenerationConfig
+from pipeline.endpoints.client import build_payload_base, request_seed, split_reasoning
 
 
 @pytest.mark.parametrize(

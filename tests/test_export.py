@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import Config
+from pipeline.dataset.export import assistant_content, export_run
 from pipeline.errors import ConfigError
-from pipeline.export import assistant_content, export_run
 from pipeline.schema import reject_schema, shard_schema, to_table
 
 KEEP = ["source"]

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
-from pipeline.launch import launch_argv, launch_expectations, launch_script, static_check, target_version
+from pipeline.server.launch import launch_argv, launch_expectations, launch_script, static_check, target_version
 
 DUMP_ARGV = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': os.environ.get('REGEN_T', '')}))"
 

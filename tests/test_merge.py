@@ -12,10 +12,10 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.dataset.export import committed_parts
 from pipeline.errors import ConfigError, LockedError, OutputError
-from pipeline.export import committed_parts
-from pipeline.merge import PLAN, finish_interrupted_merge, merge_run
 from pipeline.schema import reject_schema, shard_schema, to_table
+from pipeline.store.merge import PLAN, finish_interrupted_merge, merge_run
 
 
 def _rows(start: int, n: int, **extra: Any) -> list[dict[str, Any]]:

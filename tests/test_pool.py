@@ -2,10 +2,10 @@ import asyncio
 
 import pytest
 
-from pipeline.client import EndpointClient
 from pipeline.config import ClientConfig, GenerationConfig
+from pipeline.endpoints.client import EndpointClient
+from pipeline.endpoints.pool import DEGRADED, DOWN, HEALTHY, EndpointState, Pool
 from pipeline.errors import EndpointError, RetryableRequestError
-from pipeline.pool import DEGRADED, DOWN, HEALTHY, EndpointState, Pool
 
 
 class Clock:

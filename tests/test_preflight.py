@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline import sglang_facts as facts
 from pipeline.config import config_from_dict
-from pipeline.preflight import (
+from pipeline.server import server_args as facts
+from pipeline.server.preflight import (
     PROBE_PROMPT,
     PROBE_RID_PREFIX,
     fingerprint_changes,

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from pipeline.config import InputConfig
 from pipeline.errors import ConfigError, InputError
-from pipeline.reader import REQUEST_OVERRIDES, PromptReader, content_id
 from pipeline.records import BadInput, Prompt
+from pipeline.run.reader import REQUEST_OVERRIDES, PromptReader, content_id
 
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = ({"role": "user", "content": "hello"},)
@@ -226,7 +226,7 @@ def test_missing_ids_become_a_stable_content_hash(tmp_path: Path) -> None:
 def test_content_hash_is_the_same_in_another_process(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "bonjour 世界"}])
     code = (
-        "import sys; from pipeline.config import InputConfig; from pipeline.reader import PromptReader;"
+        "import sys; from pipeline.config import InputConfig; from pipeline.run.reader import PromptReader;"
         "print(next(PromptReader(InputConfig(path=sys.argv[1])).iter_batches())[0].id)"
     )
     env = {"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"}

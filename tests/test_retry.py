@@ -1,6 +1,6 @@
 import random
 
-from pipeline.retry import RetryPolicy
+from pipeline.endpoints.retry import RetryPolicy
 
 
 def test_full_jitter_is_capped_and_grows() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.inspection.quarantine as quarantine
-import pipeline.merge as merge
+import pipeline.store.merge as merge
+import pipeline.store.quarantine as quarantine
 from pipeline.schema import REASONS
 from pipeline.store import RunStore
 from pipeline.store import synthetic as syn

@@ -12,7 +12,7 @@ from test_inspection_runs import build_run
 
 from pipeline.config import ValidateConfig
 from pipeline.inspection import format_validate, inspect_run, validate_run
-from pipeline.inspection import quarantine as q
+from pipeline.store import quarantine as q
 
 EMPTY = {f"p{i:05d}" for i in range(100, 120)}  # shard 0002's empty answers
 LOOPING = {f"p{i:05d}" for i in range(120, 130)}

@@ -6,7 +6,7 @@ endpoint. Reading is streaming and column-selective, so a 1M-row run answers in 
 
 from __future__ import annotations
 
-from .quarantine import validate_run
+from ..store.quarantine import validate_run
 from .report import write_html
 from .status import run_status
 from .summary import inspect_run

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import merge
+from . import merge
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors, unlink_quiet
 from .index import CommittedIndex

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.config import config_from_dict
 from pipeline.errors import EndpointError, PreflightError
-from pipeline.launch import launch, stop
+from pipeline.server.launch import launch, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "Qwen3.6-27B"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from pipeline.config import config_from_dict
-from pipeline.preflight import format_preflight, preflight_endpoint
+from pipeline.server.preflight import format_preflight, preflight_endpoint
 from pipeline.sim import SimConfig, serve
 
 pytest.importorskip("sglang_router")

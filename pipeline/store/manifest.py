@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
-from .config import Config
-from .errors import ConfigDriftError, OutputError
-from .schema import SCHEMA_VERSION
+from ..config import Config
+from ..errors import ConfigDriftError, OutputError
+from ..schema import SCHEMA_VERSION
 
 MANIFEST = "run.json"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from asyncio_throttle import Throttler
 
+from ..errors import EndpointError, RequestError
 from .client import EndpointClient
-from .errors import EndpointError, RequestError
 
 HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED = "healthy", "degraded", "down", "draining", "retired"
 

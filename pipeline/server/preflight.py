@@ -22,11 +22,11 @@ from typing import Any
 
 import httpx
 
-from . import sglang_facts as facts
-from .config import ClientConfig, Config, EndpointConfig
-from .errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
-from .retry import RetryPolicy
-from .verdicts import (
+from ..config import ClientConfig, Config, EndpointConfig
+from ..endpoints.retry import RetryPolicy
+from ..errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
+from . import server_args as facts
+from .checks import (
     Expectation,
     Facts,
     format_preflight,
@@ -346,7 +346,7 @@ async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool =
 
 async def _start_sim(stack: AsyncExitStack, ep: EndpointConfig) -> tuple[str, str]:
     """(the embedded simulator's URL, ""), or ("", SGLang's startup message) when it refuses these sim_args."""
-    from .sim import SimConfig, SimStartupError, serve  # only imported when a config asks for the simulator
+    from ..sim import SimConfig, SimStartupError, serve  # only imported when a config asks for the simulator
 
     try:
         return str(await stack.enter_async_context(serve(SimConfig.from_argv(list(ep.sim_args))))), ""

@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .config import InputConfig
-from .errors import ConfigError, InputError
+from ..config import InputConfig
+from ..errors import ConfigError, InputError
+from ..records import BadInput, Prompt
+from ..schema import stringify
 from .input_files import Broken, Row, arrow_rows, jsonl_rows, labels, parquet_rows, resolve
-from .records import BadInput, Prompt
-from .schema import stringify
 
 FORMATS = ("auto", "jsonl", "parquet", "datasets", "openai-batch")
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})

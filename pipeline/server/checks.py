@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from . import sglang_facts as facts
-from .config import Config, EndpointConfig
+from ..config import Config, EndpointConfig
+from . import server_args as facts
 
 Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
 

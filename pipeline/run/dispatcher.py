@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .config import Config
-from .errors import EndpointDownError, FatalEndpointError, PermanentRequestError, RequestError
+from ..config import Config
+from ..endpoints.pool import EndpointState, Pool
+from ..endpoints.retry import RetryPolicy
+from ..errors import EndpointDownError, FatalEndpointError, PermanentRequestError, RequestError
+from ..records import Completion, Prompt
+from ..schema import accepted_row, rejected_row
+from ..validator import validate
 from .metrics import Metrics
-from .pool import EndpointState, Pool
-from .records import Completion, Prompt
-from .retry import RetryPolicy
-from .schema import accepted_row, rejected_row
-from .validator import validate
 
 
 class Sink(Protocol):

@@ -26,8 +26,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import ConfigError, InputError, OutputError
-from .schema import BASE_FIELDS, MESSAGE_TYPE, REJECT_FIELDS, to_table
+from ..errors import ConfigError, InputError, OutputError
+from ..schema import BASE_FIELDS, MESSAGE_TYPE, REJECT_FIELDS, to_table
 
 FORMATS = ("chat", "sharegpt", "openai-batch-output")
 FILE_FORMATS = ("parquet", "jsonl")

@@ -17,15 +17,15 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .config import ClientConfig, GenerationConfig
-from .errors import (
+from ..config import ClientConfig, GenerationConfig
+from ..errors import (
     EndpointDownError,
     FatalEndpointError,
     PermanentRequestError,
     RequestError,
     RetryableRequestError,
 )
-from .records import Completion, Prompt
+from ..records import Completion, Prompt
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -22,7 +22,7 @@ import orjson
 import pyarrow.parquet as pq
 import yaml
 
-from .errors import OutputError
+from ..errors import OutputError
 from .export import committed_parts
 
 CARD = "README.md"

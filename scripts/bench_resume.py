@@ -1,6 +1,6 @@
 """Benchmark: how long open() takes, and how much memory it needs, on a RUN_DIR of N committed rows.
 
-    python -m pipeline.store.bench_resume --rows 1000000 [--dir DIR] [--journal-rows 5000] [--workers 1]
+    python -m scripts.bench_resume --rows 1000000 [--dir DIR] [--journal-rows 5000] [--workers 1]
 
 Synthesises committed parts of `--part-rows` rows (small text; 5% rejects) plus one orphan journal, then measures
 `RunStore.open()` in a fresh process so peak RSS belongs to the resume alone. Prints one JSON object.
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     synthesise(run_dir, args.rows, args.part_rows, args.journal_rows)
     built = time.perf_counter() - start
-    cmd = [sys.executable, "-m", "pipeline.store.bench_resume", "--measure-only", "--dir", str(run_dir)]
+    cmd = [sys.executable, "-m", "scripts.bench_resume", "--measure-only", "--dir", str(run_dir)]
     child = subprocess.run([*cmd, "--workers", str(args.workers)], capture_output=True, text=True, check=True)
     result = {"rows": args.rows, "run_dir": str(run_dir), "synthesise_s": round(built, 1)}
     result.update(json.loads(child.stdout))

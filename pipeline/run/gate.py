@@ -14,10 +14,10 @@ import asyncio
 import os
 from typing import Any
 
-from .config import Config, EndpointConfig
-from .errors import PreflightError, RegenError
-from .pool import EndpointState, Pool
-from .preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
+from ..config import Config, EndpointConfig
+from ..endpoints.pool import EndpointState, Pool
+from ..errors import PreflightError, RegenError
+from ..server.preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
 
 AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
 HEADROOM = 1.25  # keep a small queue at the server so its batch refills at once

@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import InputError
+from ..errors import InputError
 
 _SUFFIXES = {"jsonl": (".jsonl", ".jsonl.gz", ".ndjson"), "parquet": (".parquet",), "arrow": (".arrow",)}
 _KIND_BY_FORMAT = {"jsonl": "jsonl", "openai-batch": "jsonl", "parquet": "parquet", "datasets": "arrow"}

@@ -28,10 +28,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import ConfigError, InputError, LockedError, OutputError
-from .export import committed_parts
-from .store.durable import fsync_dir, fsync_file
-from .store.shards import parquet_options
+from ..dataset.export import committed_parts
+from ..errors import ConfigError, InputError, LockedError, OutputError
+from .durable import fsync_dir, fsync_file
+from .shards import parquet_options
 
 PLAN = "merge.json"
 ROW_GROUP_ROWS = 512

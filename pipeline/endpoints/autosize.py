@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .errors import RegenError
+from ..errors import RegenError
 from .pool import DEGRADED, HEALTHY, EndpointState, Pool
 
 

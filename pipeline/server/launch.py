@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 import orjson
 
-from . import sglang_facts as facts
-from .config import Config
-from .errors import ConfigError, EndpointError, PreflightError
+from ..config import Config
+from ..errors import ConfigError, EndpointError, PreflightError
+from . import server_args as facts
 from .preflight import preflight_endpoint
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

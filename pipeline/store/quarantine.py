@@ -27,13 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import ValidateConfig
+from ..inspection import rundir
+from ..inspection.rundir import DataFile
 from ..records import Completion
 from ..schema import reject_schema
-from ..store.durable import fsync_dir
-from ..store.locks import FileLock, rewrite_lock_path
 from ..validator import validate
-from . import rundir
-from .rundir import DataFile
+from .durable import fsync_dir
+from .locks import FileLock, rewrite_lock_path
 
 PREFIX = "quarantine-"
 EXAMPLES = 10

@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from .errors import RegenError
+from ..errors import RegenError
 from .pool import DOWN, DRAINING, RETIRED, EndpointState, Pool
 
 Verify = Callable[[EndpointState], Awaitable[str | None]]  # None: fine; else why it must be retired

@@ -21,21 +21,21 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .autosize import Autosizer
-from .client import EndpointClient
-from .config import Config, EndpointConfig, read_endpoints_file
+from ..config import Config, EndpointConfig, read_endpoints_file
+from ..endpoints.autosize import Autosizer
+from ..endpoints.client import EndpointClient
+from ..endpoints.health import HealthMonitor
+from ..endpoints.pool import DRAINING, EndpointState, Pool
+from ..errors import ConfigError, Interrupted, RegenError
+from ..records import BadInput, Prompt
+from ..schema import bad_input_row
+from ..store import DoneSet, RunStore, id_hashes, owns_many
+from ..store.durable import output_errors
+from ..store.manifest import begin_run, read_manifest, write_manifest
 from .dispatcher import Dispatcher
-from .errors import ConfigError, Interrupted, RegenError
 from .gate import Gate, capacity_of
-from .health import HealthMonitor
-from .manifest import begin_run, read_manifest, write_manifest
 from .metrics import Metrics
-from .pool import DRAINING, EndpointState, Pool
 from .reader import PromptReader
-from .records import BadInput, Prompt
-from .schema import bad_input_row
-from .store import DoneSet, RunStore, id_hashes, owns_many
-from .store.durable import output_errors
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -382,7 +382,7 @@ async def _endpoint_url(ep: EndpointConfig) -> AsyncIterator[str]:
     if ep.url != "sim":
         yield ep.url
         return
-    from .sim import SimConfig, serve  # the simulator is only imported when a config asks for it
+    from ..sim import SimConfig, serve  # the simulator is only imported when a config asks for it
 
     async with serve(SimConfig.from_argv(list(ep.sim_args))) as url:
         yield url
