@@ -1,6 +1,6 @@
 """Benchmark: how long open() takes, and how much memory it needs, on a RUN_DIR of N committed rows.
 
-    python -m scripts.bench_resume --rows 1000000 [--dir DIR] [--journal-rows 5000] [--workers 1]
+    python scripts/bench_resume.py --rows 1000000 [--dir DIR] [--journal-rows 5000] [--workers 1]
 
 Synthesises committed parts of `--part-rows` rows (small text; 5% rejects) plus one orphan journal, then measures
 `RunStore.open()` in a fresh process so peak RSS belongs to the resume alone. Prints one JSON object.
@@ -20,11 +20,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..schema import reject_schema, shard_schema, to_table
-from . import synthetic
-from .journal import JournalWriter, encode
-from .run_store import RunStore
-from .shards import REJECTS, SHARDS, parquet_options, part_name
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+from pipeline.run.memory import tune_for_run
+from pipeline.schema import reject_schema, shard_schema, to_table
+from pipeline.store import synthetic
+from pipeline.store.files import REJECTS, SHARDS, parquet_options
+from pipeline.store.journal import JournalWriter, encode
+from pipeline.store.run_store import RunStore
+from pipeline.store.shards import part_name
 
 
 def synthesise(run_dir: Path, rows: int, part_rows: int, journal_rows: int) -> None:
@@ -59,8 +62,6 @@ def _peak_rss_mb() -> float:
 
 
 def measure(run_dir: Path, workers: int) -> dict[str, float]:
-    from ..memory import tune_for_run
-
     tune_for_run()  # as `regen run` does before it resumes
     before = _peak_rss_mb()
     start = time.perf_counter()
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     synthesise(run_dir, args.rows, args.part_rows, args.journal_rows)
     built = time.perf_counter() - start
-    cmd = [sys.executable, "-m", "scripts.bench_resume", "--measure-only", "--dir", str(run_dir)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--measure-only", "--dir", str(run_dir)]
     child = subprocess.run([*cmd, "--workers", str(args.workers)], capture_output=True, text=True, check=True)
     result = {"rows": args.rows, "run_dir": str(run_dir), "synthesise_s": round(built, 1)}
     result.update(json.loads(child.stdout))

@@ -12,9 +12,9 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dataset.export import committed_parts
 from pipeline.errors import ConfigError, LockedError, OutputError
 from pipeline.schema import reject_schema, shard_schema, to_table
+from pipeline.store.files import committed_parts
 from pipeline.store.merge import PLAN, finish_interrupted_merge, merge_run
 
 

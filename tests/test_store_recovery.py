@@ -4,7 +4,6 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 import pipeline.store.merge as merge
 import pipeline.store.quarantine as quarantine
@@ -49,25 +48,19 @@ def _assert_exactly_once(run_dir: Path, ids: set[str]) -> dict[str, str]:
     return {i: next(iter(c)) for i, c in placed.items()}
 
 
-def _interrupted_merge(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _interrupted_merge(run_dir: Path) -> None:
     """A `regen merge` killed after writing every output, before deleting its inputs."""
-
-    def crash(*args: object) -> None:
-        raise KeyboardInterrupt  # stands for a SIGKILL: nothing after this point runs
-
-    with monkeypatch.context() as patch:
-        patch.setattr(merge, "_roll_forward", crash)
-        with pytest.raises(KeyboardInterrupt):
-            merge.merge_run(run_dir, target_rows=25)
+    with merge.exclusive(run_dir):
+        assert merge.stage_merge(run_dir, run_dir / "shards", target_rows=25) is not None
     assert (run_dir / merge.PLAN).exists()
 
 
-def test_open_rolls_an_interrupted_merge_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_rolls_an_interrupted_merge_forward(tmp_path: Path) -> None:
     run = tmp_path / "run"
     ids = {f"p{i:03d}" for i in range(50)}
     _write(run, [syn.accepted(i) for i in sorted(ids)])
     inputs = sorted(p.name for p in (run / "shards").glob("*.parquet"))
-    _interrupted_merge(run, monkeypatch)
+    _interrupted_merge(run)
 
     _reopen(run)
     where = _assert_exactly_once(run, ids)
@@ -76,12 +69,12 @@ def test_open_rolls_an_interrupted_merge_forward(tmp_path: Path, monkeypatch: py
     assert not any((run / "shards" / name).exists() for name in inputs)
 
 
-def test_open_rolls_a_half_written_merge_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_rolls_a_half_written_merge_back(tmp_path: Path) -> None:
     run = tmp_path / "run"
     ids = {f"p{i:03d}" for i in range(50)}
     _write(run, [syn.accepted(i) for i in sorted(ids)])
     before = {p.name: p.read_bytes() for p in (run / "shards").glob("*.parquet")}
-    _interrupted_merge(run, monkeypatch)
+    _interrupted_merge(run)
     sorted((run / "shards").glob("merged-*.parquet"))[-1].unlink()  # killed before the last output was renamed
 
     _reopen(run)
@@ -98,24 +91,17 @@ def _bad(i: str) -> dict:
     return row
 
 
-def _interrupted_quarantine(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _interrupted_quarantine(run_dir: Path) -> None:
     """`regen validate --quarantine` killed after writing the quarantine rejects, before rewriting the shard."""
-
-    def crash(*args: object) -> None:
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(quarantine, "_rewrite_without", crash)
-        with pytest.raises(KeyboardInterrupt):
-            quarantine.validate_run(run_dir, quarantine=True)
+    quarantine.stage_quarantine(run_dir)
 
 
-def test_an_interrupted_quarantine_is_completed_not_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_quarantine_is_completed_not_undone(tmp_path: Path) -> None:
     run = tmp_path / "run"
     good = {f"g{i}" for i in range(12)}
     bad = {"b1", "b2"}
     _write(run, [syn.accepted(i) for i in sorted(good)] + [_bad(i) for i in sorted(bad)], shard_rows=100)
-    _interrupted_quarantine(run, monkeypatch)
+    _interrupted_quarantine(run)
     assert {i for i, c in _placed(run).items() if c.total() > 1} == bad  # in the shard and in the quarantine
 
     _reopen(run)
@@ -124,7 +110,7 @@ def test_an_interrupted_quarantine_is_completed_not_undone(tmp_path: Path, monke
     assert quarantine.validate_run(run, quarantine=True)["quarantined"] == 0  # nothing left to move
 
 
-def test_a_retry_accepted_after_quarantine_keeps_its_shard_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_retry_accepted_after_quarantine_keeps_its_shard_row(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _write(run, [syn.accepted("g0"), _bad("b1")], shard_rows=100)
     quarantine.validate_run(run, quarantine=True)

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..errors import OutputError
-from .export import committed_parts
+from ..store.files import committed_parts
 
 CARD = "README.md"
 CONFIG_FILE = "regen-config.toml"

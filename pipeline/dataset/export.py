@@ -28,6 +28,8 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigError, InputError, OutputError
 from ..schema import BASE_FIELDS, MESSAGE_TYPE, REJECT_FIELDS, to_table
+from ..store.files import committed_parts
+from .card import write_card
 
 FORMATS = ("chat", "sharegpt", "openai-batch-output")
 FILE_FORMATS = ("parquet", "jsonl")
@@ -48,14 +50,6 @@ _TURN_TYPE = pa.struct([("from", pa.string()), ("value", pa.string())])
 _SHAREGPT_ROLES = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}
 
 Row = dict[str, Any]
-
-
-def committed_parts(folder: Path) -> list[Path]:
-    """The committed parquet files of shards/ or rejects/, sorted by name; files being written are skipped."""
-    if not folder.is_dir():
-        return []
-    names = (e.name for e in os.scandir(folder) if e.is_file())
-    return [folder / n for n in sorted(names) if n.endswith(".parquet") and not n.startswith(".")]
 
 
 def assistant_content(reasoning: str | None, answer: str | None, think_open: str, think_close: str) -> str:
@@ -111,8 +105,6 @@ def export_run(
         "rejected_rows": counts.get("rejects", 0),
         "data_files": {split: f"{DATA_DIR}/{split}-*.{file_format}" for split, _ in splits if counts[split]},
     }
-    from .card import write_card  # card imports this module for committed_parts
-
     summary["card"] = str(write_card(run_dir, out, summary))
     return summary
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .rundir import DataFile
+from ..store.files import DataFile
 
 TOKENS = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
 COLUMNS: dict[str, type] = {

@@ -8,58 +8,16 @@ be torn, which is ignored. Metrics (`metrics/worker-{i}.jsonl`) are one JSON lin
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
 
-from ..config import ValidateConfig
 from ..schema import BASE_FIELDS, REJECT_FIELDS
+from ..store.files import visible_files
 
 _BASE_NAMES = {f.name for f in BASE_FIELDS} | {f.name for f in REJECT_FIELDS}
-
-
-def visible(path: Path) -> bool:
-    return not path.name.startswith(".") and not path.name.endswith(".tmp")
-
-
-def _listing(folder: Path, pattern: str) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob(pattern) if visible(p) and p.is_file())
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """One committed parquet file: where it is, whether it holds rejects, and its row-group row counts."""
-
-    path: Path
-    rejects: bool
-    row_groups: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-    @property
-    def rows(self) -> int:
-        return sum(self.row_groups)
-
-
-def data_file(path: Path, rejects: bool) -> DataFile:
-    meta = pq.ParquetFile(path).metadata
-    groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    return DataFile(path, rejects, groups)
-
-
-def shard_files(run_dir: Path) -> list[DataFile]:
-    return [data_file(p, False) for p in _listing(run_dir / "shards", "*.parquet")]
-
-
-def reject_files(run_dir: Path) -> list[DataFile]:
-    return [data_file(p, True) for p in _listing(run_dir / "rejects", "*.parquet")]
 
 
 def keep_fields(path: Path) -> list[str]:
@@ -67,29 +25,9 @@ def keep_fields(path: Path) -> list[str]:
     return [name for name in pq.read_schema(path).names if name not in _BASE_NAMES]
 
 
-def manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "run.json"
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def total_prompts(man: dict[str, Any]) -> int | None:
     total = (man.get("input") or {}).get("total")
     return int(total) if isinstance(total, int) else None
-
-
-def manifest_validate_config(man: dict[str, Any]) -> ValidateConfig:
-    """The run's [validate] thresholds from run.json, defaults for anything missing or unknown."""
-    section = (man.get("config") or {}).get("validate") or {}
-    known = ValidateConfig.__dataclass_fields__
-    return ValidateConfig(**{k: v for k, v in section.items() if k in known})
-
-
-def manifest_thinking(man: dict[str, Any]) -> bool:
-    return bool(((man.get("config") or {}).get("generation") or {}).get("thinking", True))
 
 
 def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -106,7 +44,7 @@ def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 def journal_rows(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Journal entries {"kind", "row"} in file order (worker, then sequence number)."""
-    for path in sorted(_listing(run_dir / "journal", "*.jsonl"), key=_journal_key):
+    for path in sorted(visible_files(run_dir / "journal", ".jsonl"), key=_journal_key):
         for entry in _json_lines(path):
             if entry.get("kind") in ("accepted", "rejected") and isinstance(entry.get("row"), dict):
                 yield entry
@@ -118,7 +56,7 @@ def _journal_key(path: Path) -> tuple[str, int]:
 
 
 def metrics_files(run_dir: Path) -> list[Path]:
-    return _listing(run_dir / "metrics", "*.jsonl")
+    return visible_files(run_dir / "metrics", ".jsonl")
 
 
 def tail_lines(path: Path, max_bytes: int = 256 * 1024) -> list[dict[str, Any]]:

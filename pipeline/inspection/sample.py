@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .rundir import DataFile
+from ..store.files import DataFile
 
 _SAMPLE_COLUMNS = [
     "id",

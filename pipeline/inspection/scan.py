@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..store.files import DataFile
 from . import textfacts
 from .frame import TOKENS, Frame, FrameBuilder
-from .rundir import DataFile
 from .where import Where
 
 BATCH_BYTES = 4 << 20  # decoded bytes per batch (bigger batches cost memory and gain nothing)

@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..store.files import DataFile, reject_files, shard_files
+from ..store.manifest import manifest_or_empty
 from . import rundir
-from .rundir import DataFile
 
 RECENT_WINDOW_S = 60.0
 FRESH_METRICS_S = 30.0
@@ -31,12 +32,12 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
     """Progress, rates, ETA and per-endpoint figures of a run; works while it runs and after."""
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
-    man = rundir.manifest(run_dir)
+    man = manifest_or_empty(run_dir)
     journal = _pending_journal(run_dir)
     acc = _Tally()
-    for f in rundir.shard_files(run_dir):
+    for f in shard_files(run_dir):
         _scan_committed(f, journal, acc)
-    for f in rundir.reject_files(run_dir):
+    for f in reject_files(run_dir):
         _scan_committed(f, journal, acc)
     for kind in ("accepted", "rejected"):
         acc.add_rows([e["row"] for e in journal.values() if e["kind"] == kind], rejected=kind == "rejected")

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from . import rundir, stats
+from ..store.files import DataFile, reject_files, shard_files
+from . import stats
 from .frame import Frame
-from .rundir import DataFile
 from .sample import choose, fetch_rows, sample_entry
 from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, TEXT_SAMPLE_ROWS, Filters, scan
 from .where import WhereError, parse_where
@@ -42,7 +42,7 @@ def inspect_run(
     `reasoning=False` never reads the reasoning text: the looping check then sees answers only.
     """
     run_dir = Path(run_dir)
-    files = _select(rundir.shard_files(run_dir) + rundir.reject_files(run_dir), shard)
+    files = _select(shard_files(run_dir) + reject_files(run_dir), shard)
     columns: set[str] = set()
     for f in files:
         columns.update(pq.read_schema(f.path).names)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from .doneset import DoneSet, sorted_unique
+from .files import REJECTS, SHARDS, committed_parts, read_ids
 from .partition import id_hashes
-from .shards import REJECTS, SHARDS, list_parts, read_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class CommittedIndex:
     def refresh(self) -> None:
         seen: dict[Path, PartIds] = {}
         for kind in (SHARDS, REJECTS):
-            for path in list_parts(self.run_dir / kind):
+            for path in committed_parts(self.run_dir / kind):
                 part = self._read(path, kind)
                 if part is not None:
                     seen[path] = part

@@ -12,6 +12,8 @@ import fcntl
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +156,41 @@ def check_peers(run_dir: Path, worker: int, num_workers: int) -> None:
                 f"process has --num-workers {num_workers}. All live workers of a run must agree: stop the "
                 "old ones first"
             )
+
+
+def rewrite_lock(run_dir: Path) -> FileLock:
+    """The lock every rewriter of committed files holds (recovery's settling, merge, quarantine); blocking."""
+    (run_dir / "locks").mkdir(parents=True, exist_ok=True)
+    return FileLock(rewrite_lock_path(run_dir))
+
+
+@contextmanager
+def whole_run(run_dir: Path, what: str) -> Iterator[None]:
+    """Hold the rewrite lock and every worker lock without waiting: no run and no other rewriter is live.
+
+    LockedError names the holder. `what` says what the caller is about to do, for that message.
+    """
+    locks = run_dir / "locks"
+    with ExitStack() as stack:
+        held: set[Path] = set()
+        stack.enter_context(_taken(FileLock(rewrite_lock_path(run_dir)), what))
+        # A worker may create its lock file while we take the others: look again until none is new.
+        while new := set(locks.glob("worker-*.lock")) - held:
+            for path in sorted(new):
+                stack.enter_context(_taken(FileLock(path), what))
+            held |= new
+        yield
+
+
+@contextmanager
+def _taken(lock: FileLock, what: str) -> Iterator[FileLock]:
+    lock.path.parent.mkdir(parents=True, exist_ok=True)
+    if not lock.acquire(role=what):
+        raise LockedError(
+            f"{lock.path.parent.parent} is in use: {lock.path.name} is held by {lock.holder()}. "
+            f"Wait for the run (or other {what}) to finish or stop it, then {what}"
+        )
+    try:
+        yield lock
+    finally:
+        lock.release()

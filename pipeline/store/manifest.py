@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..config import Config
+from ..config import Config, ValidateConfig
 from ..errors import ConfigDriftError, OutputError
 from ..schema import SCHEMA_VERSION
 
@@ -29,6 +29,26 @@ def read_manifest(run_dir: Path) -> dict[str, Any] | None:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise OutputError(f"{path}: unreadable manifest: {exc}") from None
+
+
+def manifest_or_empty(run_dir: Path) -> dict[str, Any]:
+    """run.json for readers that work without it: {} when absent or unreadable."""
+    try:
+        data = orjson.loads((run_dir / MANIFEST).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def validate_config_of(man: dict[str, Any]) -> ValidateConfig:
+    """The run's [validate] thresholds from run.json, defaults for anything missing or unknown."""
+    section = (man.get("config") or {}).get("validate") or {}
+    known = ValidateConfig.__dataclass_fields__
+    return ValidateConfig(**{k: v for k, v in section.items() if k in known})
+
+
+def thinking_of(man: dict[str, Any]) -> bool:
+    return bool(((man.get("config") or {}).get("generation") or {}).get("thinking", True))
 
 
 def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:

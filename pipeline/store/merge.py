@@ -16,11 +16,10 @@ lock and the rewrite lock without blocking, and refuses while journals hold rows
 
 from __future__ import annotations
 
-import fcntl
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,20 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..dataset.export import committed_parts
-from ..errors import ConfigError, InputError, LockedError, OutputError
-from .durable import fsync_dir, fsync_file
-from .shards import parquet_options
+from ..errors import ConfigError, InputError, OutputError
+from .durable import fsync_dir
+from .files import (
+    QUARANTINE_PREFIX,
+    REWRITE_TMP_PREFIX,
+    commit,
+    committed_parts,
+    parquet_options,
+    remove_rewrite_tmp_files,
+)
+from .locks import whole_run
 
 PLAN = "merge.json"
 ROW_GROUP_ROWS = 512
-_TMP_PREFIX = ".merge-"
 
 
 def merge_run(
@@ -75,15 +80,7 @@ def merge_run(
 @contextmanager
 def exclusive(run_dir: Path) -> Iterator[None]:
     """Hold every worker lock and the rewrite lock, and check no journal holds uncommitted rows."""
-    locks = run_dir / "locks"
-    with ExitStack() as stack:
-        stack.enter_context(_flock(locks / "rewrite.lock"))
-        held: set[Path] = set()
-        # A worker may create its lock file while we take the others: look again until none is new.
-        while new := set(locks.glob("worker-*.lock")) - held:
-            for path in sorted(new):
-                stack.enter_context(_flock(path))
-            held |= new
+    with whole_run(run_dir, "merge"):
         pending = _pending_journals(run_dir / "journal")
         if pending:
             raise OutputError(
@@ -91,26 +88,6 @@ def exclusive(run_dir: Path) -> Iterator[None]:
                 "finish or resume the run first (rerun the same `regen run` command), then merge"
             )
         yield
-
-
-@contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise OutputError(f"cannot open the lock file {path}: {exc.strerror or exc}") from exc
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockedError(
-                f"{path.parent.parent} is in use: {path.name} is held by a live process. "
-                "Wait for the run (or other merge) to finish or stop it, then merge"
-            ) from None
-        yield
-    finally:
-        os.close(fd)  # closing drops the flock; lock files are never deleted
 
 
 def _pending_journals(folder: Path) -> list[Path]:
@@ -124,9 +101,23 @@ def _pending_journals(folder: Path) -> list[Path]:
 
 def _merge_folder(run_dir: Path, folder: Path, target_rows: int, row_group_rows: int) -> tuple[int, int]:
     """Merge the small parts of one folder in one transaction; returns (inputs merged, outputs written)."""
+    plan = stage_merge(run_dir, folder, target_rows, row_group_rows)
+    if plan is None:
+        return 0, 0
+    _roll_forward(run_dir, plan)
+    return len(plan["inputs"]), len(plan["outputs"])
+
+
+def stage_merge(
+    run_dir: Path, folder: Path, target_rows: int, row_group_rows: int = ROW_GROUP_ROWS
+) -> dict[str, Any] | None:
+    """Steps 1 and 2 of the module docstring for one folder: the plan, then every output committed beside its
+    inputs. Returns the plan (None when nothing would shrink). Until step 3 the ids sit in two files, which is
+    the state a crash here leaves and `finish_interrupted_merge` repairs. The caller holds `exclusive(run_dir)`.
+    """
     groups = _plan_groups(folder, target_rows)
     if not groups:
-        return 0, 0
+        return None
     plan = {
         "dir": folder.name,
         "inputs": [p.name for g in groups for p in g["inputs"]],
@@ -141,8 +132,7 @@ def _merge_folder(run_dir: Path, folder: Path, target_rows: int, row_group_rows:
     except BaseException:
         _roll_back(run_dir, plan)  # undo now rather than leave duplicates for the next open
         raise
-    _roll_forward(run_dir, plan)
-    return len(plan["inputs"]), len(plan["outputs"])
+    return plan
 
 
 def _plan_groups(folder: Path, target_rows: int) -> list[dict[str, Any]]:
@@ -150,7 +140,7 @@ def _plan_groups(folder: Path, target_rows: int) -> list[dict[str, Any]]:
     the file count are left out."""
     groups: list[dict[str, Any]] = []
     for path in committed_parts(folder):
-        if path.name.startswith("quarantine-"):
+        if path.name.startswith(QUARANTINE_PREFIX):
             continue  # the name is how the store and validate know these rows were quarantined: keep it
         meta = pq.ParquetFile(path)
         if meta.metadata.num_rows >= target_rows:
@@ -178,7 +168,7 @@ def _plan_groups(folder: Path, target_rows: int) -> list[dict[str, Any]]:
 def _write_outputs(folder: Path, group: dict[str, Any], row_group_rows: int) -> None:
     source = _RowSource(group["inputs"], group["schema"], row_group_rows)
     for name, rows in group["outputs"]:
-        tmp = folder / f"{_TMP_PREFIX}{name}.tmp"
+        tmp = folder / f"{REWRITE_TMP_PREFIX}{name}.tmp"
         try:
             with pq.ParquetWriter(tmp, group["schema"], **parquet_options(group["schema"])) as writer:
                 left = rows
@@ -188,8 +178,7 @@ def _write_outputs(folder: Path, group: dict[str, Any], row_group_rows: int) -> 
                         raise OutputError(f"{folder}: inputs changed during the merge; merge again")
                     writer.write_table(table, row_group_size=row_group_rows)
                     left -= len(table)
-            fsync_file(tmp)
-            os.rename(tmp, folder / name)
+            commit(tmp, folder / name, sync_dir=False)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise OutputError(f"cannot merge into {folder / name}: {exc.strerror or exc}") from exc
@@ -230,10 +219,7 @@ def finish_interrupted_merge(run_dir: Path) -> dict[str, Any] | None:
     if plan is None:
         return None
     folder = run_dir / plan["dir"]
-    if folder.is_dir():
-        for entry in os.scandir(folder):
-            if entry.name.startswith(_TMP_PREFIX) and entry.name.endswith(".tmp"):
-                Path(entry.path).unlink(missing_ok=True)
+    remove_rewrite_tmp_files(folder)
     outputs = [folder / o["name"] for o in plan["outputs"]]
     if all(p.exists() for p in outputs):
         _roll_forward(run_dir, plan)

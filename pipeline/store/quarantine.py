@@ -1,23 +1,22 @@
 """`regen validate`: re-run the validators over committed shards, and optionally quarantine what fails.
 
-Quarantine keeps every id in exactly one place. For each shard with failing rows it
-  1. writes `rejects/quarantine-<shard>-<digest>.parquet` (hidden tmp file, fsync, rename, fsync the folder), then
-  2. rewrites the shard without the failing rows (hidden tmp file, fsync, rename over the shard, fsync).
+Quarantine keeps every id in exactly one place, in two steps over the whole run:
+  1. `stage_quarantine`: for each shard with failing rows, write `rejects/quarantine-<shard>-<digest>.parquet`
+     (a committed file: hidden tmp file, fsync, rename, fsync the folder);
+  2. rewrite each such shard without the rows that now sit in a `quarantine-*` rejects file (`rewrite_without`).
 A crash between 1 and 2 leaves the moved rows in both places. A later `validate --quarantine` converges: ids
 already in a `quarantine-*` rejects file are never written to rejects again, and are dropped from the shard,
 even if they would pass now (the reject copy wins; shards lose). A crash inside 1 or 2 leaves only a hidden tmp
-file, which readers ignore and the next quarantine deletes. Run it on a stopped run: it rewrites committed shards.
+file, which readers ignore and the next rewriter deletes. Run it on a stopped run: it rewrites committed shards.
 
 The store settles such ids the same way when a `regen run` resumes inside that window (an id in a shard and in a
-`quarantine-*` rejects file leaves the shard, see store/recovery.py). The quarantine holds the store's rewrite lock.
+`quarantine-*` rejects file leaves the shard, see recovery.py). Both steps hold the store's rewrite lock.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import Counter
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +26,26 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import ValidateConfig
-from ..inspection import rundir
-from ..inspection.rundir import DataFile
 from ..records import Completion
 from ..schema import reject_schema
 from ..validator import validate
-from .durable import fsync_dir
-from .locks import FileLock, rewrite_lock_path
+from .files import (
+    QUARANTINE_PREFIX as PREFIX,
+)
+from .files import (
+    REJECTS,
+    SHARDS,
+    DataFile,
+    drop_ids,
+    reject_files,
+    remove_rewrite_tmp_files,
+    rewrite_without,
+    shard_files,
+    write_committed,
+)
+from .locks import rewrite_lock
+from .manifest import manifest_or_empty, thinking_of, validate_config_of
 
-PREFIX = "quarantine-"
 EXAMPLES = 10
 _COMPLETION_FIELDS = (
     "reasoning",
@@ -65,11 +75,38 @@ def validate_run(
     the run's generation.thinking (True when absent).
     """
     run_dir = Path(run_dir)
-    man = rundir.manifest(run_dir)
-    cfg = cfg if cfg is not None else rundir.manifest_validate_config(man)
-    thinking = thinking if thinking is not None else rundir.manifest_thinking(man)
-    if quarantine:
-        _remove_stale_tmp(run_dir)
+    if not quarantine:
+        return _check_run(run_dir, cfg, thinking, stage=False)[0]
+    with rewrite_lock(run_dir):
+        result, drops = _check_run(run_dir, cfg, thinking, stage=True)
+        for path, ids in drops.items():
+            rewrite_without(path, drop_ids(ids))  # step 2
+    return result
+
+
+def stage_quarantine(
+    run_dir: Path, cfg: ValidateConfig | None = None, *, thinking: bool | None = None
+) -> dict[str, Any]:
+    """Step 1 alone: write the failing rows to quarantine rejects, leave the shards as they are.
+
+    This is the state a crash between the two steps leaves; `validate_run(quarantine=True)` and a resuming
+    `regen run` both complete it. Returns what `validate_run` returns.
+    """
+    with rewrite_lock(Path(run_dir)):
+        return _check_run(Path(run_dir), cfg, thinking, stage=True)[0]
+
+
+def _check_run(
+    run_dir: Path, cfg: ValidateConfig | None, thinking: bool | None, *, stage: bool
+) -> tuple[dict[str, Any], dict[Path, list[str]]]:
+    """Check every shard; when staging, write the failing rows to rejects. Returns the result and, per shard,
+    the ids step 2 must drop from it (newly quarantined plus already quarantined)."""
+    man = manifest_or_empty(run_dir)
+    cfg = cfg if cfg is not None else validate_config_of(man)
+    thinking = thinking if thinking is not None else thinking_of(man)
+    if stage:
+        remove_rewrite_tmp_files(run_dir / REJECTS)
+        remove_rewrite_tmp_files(run_dir / SHARDS)
     moved = _quarantined_ids(run_dir)
     result: dict[str, Any] = {
         "run_dir": str(run_dir),
@@ -78,36 +115,28 @@ def validate_run(
         "failed_by_reason": Counter(),
         "failed_by_shard": {},
         "examples": [],
-        "quarantine": quarantine,
+        "quarantine": stage,
         "quarantined": 0,
         "repaired": 0,
         "thinking": thinking,
     }
-    shards = rundir.shard_files(run_dir)
-    with _rewrite_lock(run_dir, quarantine):
-        for f in shards:
-            failing, leftover = _check_shard(f, cfg, thinking, moved, result)
-            if quarantine and (failing or leftover.size):
-                result["quarantined"] += _move(run_dir, f, failing, leftover)
-                result["repaired"] += int(leftover.size)
+    shards = shard_files(run_dir)
+    drops: dict[Path, list[str]] = {}
+    for f in shards:
+        failing, leftover = _check_shard(f, cfg, thinking, moved, result)
+        if stage and (failing or leftover.size):
+            _write_quarantine(run_dir, f, failing)
+            result["quarantined"] += len(failing)
+            result["repaired"] += int(leftover.size)
+            drops[f.path] = list(failing) + [str(x) for x in leftover]
     result["files"] = len(shards)
     result["failed_by_reason"] = dict(result["failed_by_reason"].most_common())
-    return result
-
-
-def _rewrite_lock(run_dir: Path, take: bool) -> AbstractContextManager[object]:
-    """The store's rewrite lock, so a quarantine never interleaves with the store's own duplicate settling."""
-    if not take:
-        return nullcontext()
-    (run_dir / "locks").mkdir(exist_ok=True)
-    return FileLock(rewrite_lock_path(run_dir))
+    return result, drops
 
 
 def _quarantined_ids(run_dir: Path) -> pa.Array:
     chunks = [
-        pq.read_table(f.path, columns=["id"]).column("id")
-        for f in rundir.reject_files(run_dir)
-        if f.name.startswith(PREFIX)
+        pq.read_table(f.path, columns=["id"]).column("id") for f in reject_files(run_dir) if f.name.startswith(PREFIX)
     ]
     return pa.chunked_array(chunks, pa.string()).combine_chunks() if chunks else pa.array([], pa.string())
 
@@ -155,22 +184,20 @@ def _completion(row: dict[str, Any]) -> Completion:
     )
 
 
-def _move(run_dir: Path, f: DataFile, failing: dict[str, tuple[str, str]], leftover: np.ndarray) -> int:
-    """Step 1 then step 2 of the module docstring for one shard; returns how many rows went to rejects."""
+def _write_quarantine(run_dir: Path, f: DataFile, failing: dict[str, tuple[str, str]]) -> None:
+    """Step 1 for one shard: its failing rows as a committed quarantine rejects file."""
+    if not failing:
+        return
     pfile = pq.ParquetFile(f.path)
     schema = pfile.schema_arrow
-    if failing:
-        new_ids = pa.array(sorted(failing), pa.string())
-        rows = pa.Table.from_batches(
-            [b.filter(pc.is_in(b.column("id"), value_set=new_ids)) for b in pfile.iter_batches(batch_size=4096)],
-            schema=schema,
-        )
-        digest = hashlib.sha1("\n".join(new_ids.to_pylist()).encode()).hexdigest()[:12]
-        target = run_dir / "rejects" / f"{PREFIX}{f.path.stem}-{digest}.parquet"
-        _write_atomic(_as_rejects(rows, failing, schema), target, pfile)
-    drop = pa.array(list(failing) + [str(x) for x in leftover], pa.string())
-    _rewrite_without(f.path, pfile, drop)
-    return len(failing)
+    new_ids = pa.array(sorted(failing), pa.string())
+    rows = pa.Table.from_batches(
+        [b.filter(pc.is_in(b.column("id"), value_set=new_ids)) for b in pfile.iter_batches(batch_size=4096)],
+        schema=schema,
+    )
+    digest = hashlib.sha1("\n".join(new_ids.to_pylist()).encode()).hexdigest()[:12]
+    target = run_dir / REJECTS / f"{PREFIX}{f.path.stem}-{digest}.parquet"
+    write_committed(_as_rejects(rows, failing, schema), target)
 
 
 def _as_rejects(rows: pa.Table, failing: dict[str, tuple[str, str]], shard: pa.Schema) -> pa.Table:
@@ -184,51 +211,3 @@ def _as_rejects(rows: pa.Table, failing: dict[str, tuple[str, str]], shard: pa.S
     }
     columns = [extra[n] if n in extra else rows.column(n).cast(target.field(n).type) for n in target.names]
     return pa.Table.from_arrays(columns, schema=target)
-
-
-def _write_atomic(table: pa.Table, target: Path, like: pq.ParquetFile) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with pq.ParquetWriter(tmp, table.schema, compression=_compression(like)) as writer:
-        writer.write_table(table, row_group_size=_group_rows(like))
-    _commit(tmp, target)
-
-
-def _rewrite_without(path: Path, pfile: pq.ParquetFile, drop: pa.Array) -> None:
-    """Stream the shard into a hidden file minus the `drop` ids, then rename it over the shard."""
-    tmp = path.with_name(f".{PREFIX}{path.name}.tmp")
-    with pq.ParquetWriter(tmp, pfile.schema_arrow, compression=_compression(pfile)) as writer:
-        for group in range(pfile.num_row_groups):
-            table = pfile.read_row_group(group)
-            kept = table.filter(pc.invert(pc.is_in(table.column("id"), value_set=drop)))
-            if kept.num_rows:
-                writer.write_table(kept)
-    _commit(tmp, path)
-
-
-def _commit(tmp: Path, target: Path) -> None:
-    with tmp.open("rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
-
-
-def _compression(pfile: pq.ParquetFile) -> str:
-    meta = pfile.metadata
-    if meta.num_row_groups and meta.num_columns:
-        return str(meta.row_group(0).column(0).compression).lower()
-    return "zstd"
-
-
-def _group_rows(pfile: pq.ParquetFile) -> int:
-    meta = pfile.metadata
-    return max(1, meta.row_group(0).num_rows) if meta.num_row_groups else 1024
-
-
-def _remove_stale_tmp(run_dir: Path) -> None:
-    """Hidden files left by an interrupted quarantine (only ours: their names carry the quarantine prefix)."""
-    for folder in (run_dir / "rejects", run_dir / "shards"):
-        if folder.is_dir():
-            for p in folder.iterdir():
-                if p.name.startswith(".") and p.name.endswith(".tmp") and PREFIX in p.name:
-                    p.unlink()

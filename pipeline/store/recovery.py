@@ -20,7 +20,6 @@ Two steps, both idempotent, so a crash during recovery is recovered by the next 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,21 +30,12 @@ import pyarrow.parquet as pq
 from . import merge
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors, unlink_quiet
+from .files import QUARANTINE_PREFIX, REJECTS, SHARDS, drop_hashes, drop_rows, remove_rewrite_tmp_files, rewrite_without
 from .index import CommittedIndex
 from .journal import ACCEPTED, JournalFile, read_journal
-from .locks import FileLock, rewrite_lock_path
+from .locks import rewrite_lock
 from .partition import id_hash, id_hashes
-from .shards import (
-    REJECTS,
-    SHARDS,
-    PartWriter,
-    drop_hashes,
-    remove_rewrite_tmp_files,
-    rewrite_without,
-    unstorable_reject,
-)
-
-QUARANTINE_PREFIX = "quarantine-"  # rejects written by `regen validate --quarantine` (pipeline/inspection)
+from .shards import PartWriter, unstorable_reject
 
 
 def recover_journal(
@@ -93,7 +83,7 @@ def settle(run_dir: Path, index: CommittedIndex) -> int:
     (normally 0, and cheap then)."""
     if len(index.duplicated()) == 0 and not (run_dir / merge.PLAN).exists():
         return 0
-    with FileLock(rewrite_lock_path(run_dir)):
+    with rewrite_lock(run_dir):
         with output_errors(run_dir / merge.PLAN, "finish the interrupted merge"):
             merge.finish_interrupted_merge(run_dir)
         for kind in (SHARDS, REJECTS):
@@ -105,7 +95,7 @@ def settle(run_dir: Path, index: CommittedIndex) -> int:
         losers = _losers(index, dups)
         removed = 0
         for path, rows in losers.items():
-            removed += rewrite_without(path, _drop_rows(rows)).dropped
+            removed += rewrite_without(path, drop_rows(rows)).dropped
         index.refresh()
         return removed
 
@@ -113,7 +103,7 @@ def settle(run_dir: Path, index: CommittedIndex) -> int:
 def remove_ids(run_dir: Path, paths: list[Path], hashes: np.ndarray) -> int:
     """Remove the rows whose id hashes into `hashes` from committed parts `paths` (under the rewrite lock)."""
     removed = 0
-    with FileLock(rewrite_lock_path(run_dir)):
+    with rewrite_lock(run_dir):
         for path in paths:
             if path.exists():
                 removed += rewrite_without(path, drop_hashes(hashes)).dropped
@@ -165,12 +155,3 @@ def _winner(copies: list[_Copy]) -> _Copy:
         if newest.created >= max(c.created for c in copies if c.rank == 0):
             return newest
     return best
-
-
-def _drop_rows(rows: list[int]) -> Callable[[pa.Table], np.ndarray]:
-    def drop(table: pa.Table) -> np.ndarray:
-        mask = np.zeros(len(table), dtype=bool)
-        mask[rows] = True
-        return mask
-
-    return drop

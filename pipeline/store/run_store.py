@@ -27,12 +27,13 @@ from ..errors import OutputError
 from ..schema import reject_schema, shard_schema
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors
+from .files import REJECTS, SHARDS
 from .index import CommittedIndex
 from .journal import ACCEPTED, REJECTED, JournalWriter, encode, list_journals, read_journal
 from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hashes, owns_many
 from .recovery import recover_journal, remove_ids, settle
-from .shards import REJECTS, SHARDS, PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
+from .shards import PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
 
 JOURNAL = "journal"
 LOCKS = "locks"

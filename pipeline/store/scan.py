@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .doneset import DoneSet
+from .files import REJECTS, SHARDS
 from .index import CommittedIndex
 from .journal import JournalEntry, list_journals, read_journal
-from .shards import REJECTS, SHARDS
 
 
 def committed_ids(run_dir: Path) -> tuple[DoneSet, DoneSet]:

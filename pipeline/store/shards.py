@@ -13,44 +13,22 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..schema import to_table
-from .durable import fsync_dir, fsync_file, output_errors, unlink_quiet
-from .partition import id_hashes
+from .durable import output_errors, unlink_quiet
+from .files import commit, parquet_options
 
 UNSTORABLE = "unstorable_row"  # reason code of a row the schema cannot hold
 ARROW_VALUE_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError)
 Unstorable = Callable[[dict[str, Any], str], dict[str, Any] | None]
 
-SHARDS = "shards"
-REJECTS = "rejects"
-COMPRESSION = "zstd"
-# Long, unique text: a dictionary never pays (the writer hashes every value, then falls back to plain) and min/max
-# statistics of 7 KB strings help no query. Skipping both halves the CPU of a row group write (33 -> 18 us per
-# 7 KB row, files ~3% smaller). `id` keeps its statistics for filter pushdown in DuckDB and pyarrow.
-_LONG_TEXT = frozenset({"messages", "reasoning", "answer", "detail"})
-_NO_DICTIONARY = frozenset({"id"})
-
-
-def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """ParquetWriter keywords for a RUN_DIR table of `schema`: zstd; no dictionary or statistics on long text."""
-    dictionary = [f.name for f in schema if f.name not in _LONG_TEXT and f.name not in _NO_DICTIONARY]
-    if "messages" in schema.names:
-        dictionary.append("messages.list.element.role")
-    statistics = [f.name for f in schema if f.name not in _LONG_TEXT]
-    return {"compression": COMPRESSION, "use_dictionary": dictionary, "write_statistics": statistics}
-
-
 _PART = re.compile(r"^part-w(\d+)-(\d+)-[0-9a-f]+\.parquet$")
 _TMP = re.compile(r"^\.worker-(\d+)-(\d+)\.parquet\.tmp$")
-_REWRITE_TMP = re.compile(r"^\.rewrite-.*\.tmp$")
 
 
 def part_name(worker: int, seq: int) -> str:
@@ -59,14 +37,6 @@ def part_name(worker: int, seq: int) -> str:
 
 def tmp_name(worker: int, seq: int) -> str:
     return f".worker-{worker}-{seq}.parquet.tmp"
-
-
-def list_parts(directory: Path) -> list[Path]:
-    """The committed part files of one directory (every visible `*.parquet`), sorted by name."""
-    if not directory.is_dir():
-        return []
-    names = [e.name for e in os.scandir(directory) if e.name.endswith(".parquet") and not e.name.startswith(".")]
-    return [directory / name for name in sorted(names)]
 
 
 def part_seqs(directory: Path, worker: int) -> list[int]:
@@ -89,20 +59,6 @@ def remove_tmp_files(directory: Path, worker: int) -> None:
             match = _TMP.match(entry.name)
             if match and int(match[1]) == worker:
                 unlink_quiet(Path(entry.path))
-
-
-def remove_rewrite_tmp_files(directory: Path) -> None:
-    """Delete temp files of interrupted rewrites; only the holder of the rewrite lock may call this."""
-    with output_errors(directory, "remove orphan temp files in"):
-        for entry in os.scandir(directory):
-            if _REWRITE_TMP.match(entry.name):
-                unlink_quiet(Path(entry.path))
-
-
-def read_ids(path: Path) -> list[str]:
-    """The `id` column of one committed part (no other column is read)."""
-    table = pq.ParquetFile(path).read(columns=["id"])
-    return table.column("id").to_pylist()
 
 
 class PartWriter:
@@ -157,8 +113,7 @@ class PartWriter:
             assert self._writer is not None
             writer, self._writer = self._writer, None
             writer.close()
-            fsync_file(self.tmp_path)
-            os.rename(self.tmp_path, final)
+            commit(self.tmp_path, final, sync_dir=False)
         return final
 
     def discard(self) -> None:
@@ -215,46 +170,6 @@ def unstorable_reject(row: dict[str, Any], error: str) -> dict[str, Any]:
         "reason": UNSTORABLE,
         "detail": f"the store could not write this row: {error}"[:2000],
     }
-
-
-@dataclass(frozen=True, slots=True)
-class Rewrite:
-    path: Path
-    kept: int
-    dropped: int
-
-
-def rewrite_without(path: Path, drop: Callable[[pa.Table], np.ndarray]) -> Rewrite:
-    """Atomically replace a committed part by itself minus the rows where `drop(table)` is True.
-
-    Written to a hidden temp file, fsynced, renamed over the original (deleted if no row is left). Readers see the
-    old file or the new one, never a mix. The caller must hold the rewrite lock.
-    """
-    table = pq.ParquetFile(path).read()
-    mask = np.asarray(drop(table), dtype=bool)
-    dropped = int(mask.sum())
-    if dropped == 0:
-        return Rewrite(path, len(table), 0)
-    kept = table.filter(pa.array(~mask))
-    with output_errors(path, "rewrite the committed part"):
-        if len(kept) == 0:
-            path.unlink()
-        else:
-            tmp = path.with_name(f".rewrite-{path.name}.tmp")
-            pq.write_table(kept, tmp, row_group_size=512, **parquet_options(kept.schema))
-            fsync_file(tmp)
-            os.replace(tmp, path)
-        fsync_dir(path.parent)
-    return Rewrite(path, len(kept), dropped)
-
-
-def drop_hashes(hashes: np.ndarray) -> Callable[[pa.Table], np.ndarray]:
-    """A `drop` predicate for `rewrite_without`: rows whose id hashes into `hashes`."""
-
-    def drop(table: pa.Table) -> np.ndarray:
-        return np.isin(id_hashes(table.column("id").to_pylist()), hashes)
-
-    return drop
 
 
 def write_rows(writer: PartWriter, rows: Iterable[dict[str, Any]]) -> None:
