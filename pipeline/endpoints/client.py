@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..records import Completion, Prompt
 
+CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -67,7 +68,14 @@ def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
 
 
 class EndpointClient:
-    """One long-lived aiohttp session to one endpoint, sized to its concurrency, with explicit timeouts."""
+    """Two long-lived aiohttp sessions to one endpoint: one for generations, one for the control plane.
+
+    The pool is the one place that bounds requests in flight (its capacity follows the server when `concurrency`
+    is 0), so the generation connector has no limit of its own: a request never waits for a free connection, and
+    the connect timeout (`sock_connect`) covers only opening a socket, never a wait behind other generations.
+    Health probes, `/v1/loads`, `/abort_request` and other small calls use their own small connector, so they are
+    answered while every generation connection is busy for minutes.
+    """
 
     def __init__(
         self,
@@ -75,7 +83,7 @@ class EndpointClient:
         *,
         gen: GenerationConfig,
         client: ClientConfig,
-        concurrency: int,
+        concurrency: int = 0,
         api_key: str | None = None,
         honor_overrides: bool = False,
     ):
@@ -83,29 +91,42 @@ class EndpointClient:
         self.honor_overrides = honor_overrides
         self.gen = gen
         self.cfg = client
-        self.concurrency = concurrency
+        self.concurrency = concurrency  # the configured value, for reports; the pool enforces capacity
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._base = build_payload_base(gen)
         self._session: aiohttp.ClientSession | None = None
+        self._control: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> EndpointClient:
-        connector = aiohttp.TCPConnector(limit=self.concurrency + 16, limit_per_host=0, ttl_dns_cache=300)
-        timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, connect=self.cfg.connect_timeout_s)
+        # limit=0: unbounded; the pool's capacity is what bounds generations in flight (see the class docstring).
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, sock_connect=self.cfg.connect_timeout_s)
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers)
+        control = aiohttp.TCPConnector(limit=CONTROL_CONNECTIONS, ttl_dns_cache=300)
+        self._control = aiohttp.ClientSession(connector=control, timeout=timeout, headers=self._headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._control):
+            if session is not None:
+                await session.close()
+        self._session = self._control = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """The generation session."""
         if self._session is None:
             raise RuntimeError("EndpointClient used outside `async with` (or after close)")
         return self._session
+
+    @property
+    def control(self) -> aiohttp.ClientSession:
+        """The control-plane session (health, loads, server info, aborts): never behind a generation."""
+        if self._control is None:
+            raise RuntimeError("EndpointClient used outside `async with` (or after close)")
+        return self._control
 
     def payload(self, prompt: Prompt, attempt: int, rid: str) -> dict[str, Any]:
         body = dict(self._base)
@@ -161,7 +182,9 @@ class EndpointClient:
 
     async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
         stall = aiohttp.ClientTimeout(
-            total=self.cfg.request_timeout_s, connect=self.cfg.connect_timeout_s, sock_read=self.cfg.stall_timeout_s
+            total=self.cfg.request_timeout_s,
+            sock_connect=self.cfg.connect_timeout_s,
+            sock_read=self.cfg.stall_timeout_s,
         )
         try:
             async with self.session.post(f"{self.url}/v1/chat/completions", data=data, timeout=stall) as resp:
@@ -179,7 +202,7 @@ class EndpointClient:
         try:
             async with asyncio.timeout(2):
                 data = orjson.dumps({"rid": rid})
-                async with self.session.post(f"{self.url}/abort_request", data=data) as resp:
+                async with self.control.post(f"{self.url}/abort_request", data=data) as resp:
                     await resp.read()
         except (aiohttp.ClientError, TimeoutError, OSError):
             pass
@@ -221,7 +244,7 @@ class EndpointClient:
     async def _get(self, path: str, timeout_s: float) -> bytes:
         try:
             async with asyncio.timeout(timeout_s):
-                async with self.session.get(f"{self.url}{path}") as resp:
+                async with self.control.get(f"{self.url}{path}") as resp:
                     raw = await resp.read()
                     if resp.status != 200:
                         _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
