@@ -23,14 +23,15 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+# name -> the module that defines it, imported on first use (a test resolves every one)
 _LAZY = {
-    "run": "runner",
-    "RunOptions": "runner",
-    "RunSummary": "runner",
+    "run": "run.runner",
+    "RunOptions": "run.runner",
+    "RunSummary": "run.runner",
     "inspect_run": "inspection",
     "run_status": "inspection",
     "validate_run": "inspection",
-    "preflight": "preflight",
+    "preflight": "server.preflight",
 }
 
 __all__ = [
