@@ -1,4 +1,5 @@
-"""The CLI as a user meets it: --help for every subcommand, exit codes, and the README agreeing with --help."""
+"""The CLI as a user meets it: --help for every subcommand, exit codes, and the README (plus the docs/ pages it
+links) agreeing with --help."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 
 from pipeline.cli import COMMANDS, build_parser, main
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+DOC_PAGES = sorted((ROOT / "docs").glob("*.md"))
+DOCS = README + "".join(page.read_text() for page in DOC_PAGES)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -30,6 +34,22 @@ def test_readme_documents_every_run_option() -> None:
     flags = {opt for action in run._actions for opt in action.option_strings if opt.startswith("--")} - {"--help"}
     missing = sorted(f for f in flags if f not in README)
     assert missing == []
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_docs_document_every_option(command: str) -> None:
+    """Each subcommand's flags appear in the README or the docs/ page it links (the details moved there)."""
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+    flags = {opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")} - {"--help"}
+    assert sorted(f for f in flags if f not in DOCS) == []
+
+
+def test_readme_links_every_docs_page_and_no_missing_one() -> None:
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)", README))
+    pages = {f"docs/{page.name}" for page in DOC_PAGES}
+    assert sorted(pages - linked) == [], "docs pages the README does not link"
+    assert sorted(linked - pages) == [], "README links to docs pages that do not exist"
 
 
 def test_readme_documents_every_config_key() -> None:
