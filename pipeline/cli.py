@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from .config import EndpointConfig, load_config
+from .config import check_api_keys, load_config, with_endpoints
 from .errors import Interrupted, RegenError
 
 EPILOG = "Exit codes: 0 done, 1 problem found, 2 bad config or input, 3 no usable endpoint, 4 locked, 130 interrupted."
@@ -162,11 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.set)
     if args.output:
         overrides.append(f"output.dir={orjson.dumps(args.output).decode()}")
-    cfg = load_config(args.config, overrides)
-    if args.endpoint:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, endpoints=tuple(EndpointConfig(url=u) for u in args.endpoint))
+    cfg = with_endpoints(load_config(args.config, overrides), args.endpoint)
+    check_api_keys(cfg, args.config)
     index, count = worker_from_env(args.worker_index, args.num_workers)
     options = RunOptions(
         worker_index=index,
@@ -188,7 +185,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from .server.preflight import format_preflight, preflight
 
-    cfg = load_config(args.config, args.set)
+    cfg = with_endpoints(load_config(args.config, args.set), args.endpoint)
+    check_api_keys(cfg, args.config)
     result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe))
     _print_json(result) if args.json else print(format_preflight(result))
     return 0 if result["ok"] else 1

@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import math
+import os
 import tomllib
 import types
 import typing
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +158,8 @@ def read_endpoints_file(path: str | Path, default_concurrency: int = 64) -> tupl
         if extra:
             raise ConfigError(f"{path}: unknown key {sorted(extra)[0]!r}; an endpoints file holds [[endpoints]] only")
         built = _coerce(tuple[EndpointConfig, ...], data["endpoints"], path="endpoints", where=str(path))
+        for i, ep in enumerate(built):
+            check_url(ep.url, f"{path}: endpoints[{i}].url")
         return typing.cast(tuple[EndpointConfig, ...], built)
     out = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -163,6 +168,7 @@ def read_endpoints_file(path: str | Path, default_concurrency: int = 64) -> tupl
             continue
         if len(fields) > 2 or (len(fields) == 2 and not fields[1].isdigit()):
             raise ConfigError(f"{path}:{n}: expected 'URL [concurrency]', got {line.strip()!r}")
+        check_url(fields[0], f"{path}:{n}")
         conc = int(fields[1]) if len(fields) == 2 else default_concurrency
         out.append(EndpointConfig(url=fields[0], concurrency=conc))
     return tuple(out)
@@ -200,30 +206,101 @@ _RESERVED_COLUMNS = {
 }  # fmt: skip
 
 
+def _at_least(n: float) -> typing.Callable[[Any], bool]:
+    return lambda v: v >= n
+
+
+def _positive(v: Any) -> bool:
+    return bool(v > 0)
+
+
+# Every numeric key with its allowed range (a failing check names the key, the range and the value). The sampling
+# ranges are SGLang's own, so a value it would answer with 400 for every prompt stops the run before it starts.
+_RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
+    ("input.batch_rows", _at_least(1), "at least 1"),
+    ("output.shard_rows", _at_least(1), "at least 1"),
+    ("output.row_group_rows", _at_least(1), "at least 1"),
+    ("output.sync_interval_s", _positive, "positive"),
+    ("generation.temperature", _at_least(0), "0 or more"),
+    ("generation.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("generation.top_k", lambda v: v == -1 or v >= 1, "-1 (off) or at least 1"),
+    ("generation.min_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("generation.max_tokens", _at_least(1), "at least 1"),
+    ("client.max_attempts", _at_least(1), "at least 1"),
+    ("client.max_endpoint_failures", _at_least(1), "at least 1"),
+    ("client.request_timeout_s", _positive, "positive"),
+    ("client.connect_timeout_s", _positive, "positive"),
+    ("client.stall_timeout_s", _positive, "positive"),
+    ("client.backoff_base_s", _at_least(0), "0 or more"),
+    ("client.backoff_max_s", _at_least(0), "0 or more"),
+    ("client.drain_timeout_s", _at_least(0), "0 or more"),
+    ("client.health_interval_s", _positive, "positive"),
+    ("client.health_timeout_s", _positive, "positive"),
+    ("client.health_failures", _at_least(1), "at least 1"),
+    ("client.recheck_interval_s", _positive, "positive"),
+    ("client.no_endpoint_timeout_s", _positive, "positive"),
+    ("client.queue_size", _at_least(0), "0 (automatic) or more"),
+    ("validate.min_answer_chars", _at_least(0), "0 or more"),
+    ("validate.max_repetition", lambda v: 0 <= v <= 1, "in [0, 1] (0 = off)"),
+    ("launch.port", lambda v: 1 <= v <= 65535, "a port number in [1, 65535]"),
+    ("launch.ready_timeout_s", _positive, "positive"),
+)
+
+
 def _check_values(cfg: Config, where: str) -> None:
-    positive = {
-        "output.shard_rows": cfg.output.shard_rows,
-        "output.row_group_rows": cfg.output.row_group_rows,
-        "client.max_attempts": cfg.client.max_attempts,
-        "client.max_endpoint_failures": cfg.client.max_endpoint_failures,
-        "generation.max_tokens": cfg.generation.max_tokens,
-        "input.batch_rows": cfg.input.batch_rows,
-    }
+    for key, ok, allowed in _RANGES:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if not ok(value):
+            raise ConfigError(f"{where}: {key} must be {allowed}, got {value!r}")
     for i, ep in enumerate(cfg.endpoints):
+        check_url(ep.url, f"{where}: endpoints[{i}].url")
         if ep.concurrency < 0:
             raise ConfigError(f"{where}: endpoints[{i}].concurrency must be 0 (automatic) or more")
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{where}: {key} must be at least 1, got {value}")
-    for key in ("output.sync_interval_s", "client.request_timeout_s", "client.connect_timeout_s"):
-        section, name = key.split(".")
-        if getattr(getattr(cfg, section), name) <= 0:
-            raise ConfigError(f"{where}: {key} must be positive")
+        if ep.requests_per_second < 0:
+            raise ConfigError(f"{where}: endpoints[{i}].requests_per_second must be 0 (unlimited) or more")
     clash = sorted(set(cfg.input.keep_fields) & _RESERVED_COLUMNS)
     if clash:
         raise ConfigError(f"{where}: input.keep_fields {clash[0]!r} is an output column name; rename it in the data")
     if not cfg.endpoints and not cfg.endpoints_file:
         raise ConfigError(f"{where}: no [[endpoints]] and no endpoints_file")
+
+
+def check_url(url: str, where: str) -> None:
+    """An endpoint URL is `sim` or an absolute http(s) URL with a host; anything else fails at load, not at run."""
+    if url == "sim":
+        return
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is the check ('host:3000O' raises)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {url!r} is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        example = "" if "://" in url else f" (did you mean 'http://{url}'?)"
+        raise ConfigError(f"{where}: {url!r} is not 'sim' or an http:// or https:// URL with a host{example}")
+
+
+def check_api_keys(cfg: Config, where: str = "<config>", environ: typing.Mapping[str, str] = os.environ) -> None:
+    """Every `api_key_env` names a set, non-empty variable: a run or preflight must not go out without its key.
+
+    Not part of loading: `regen launch` and readers of a RUN_DIR load configs whose keys live on another machine.
+    """
+    for i, ep in enumerate(cfg.endpoints):
+        if ep.api_key_env and not environ.get(ep.api_key_env):
+            state = "is empty" if ep.api_key_env in environ else "is not set"
+            raise ConfigError(
+                f"{where}: endpoints[{i}].api_key_env names ${ep.api_key_env}, which {state}; export it with the "
+                'key, or set api_key_env = "" for a server without a key'
+            )
+
+
+def with_endpoints(cfg: Config, urls: typing.Sequence[str]) -> Config:
+    """`--endpoint URL...`: the config with these endpoints instead of its own (default concurrency, no key)."""
+    if not urls:
+        return cfg
+    for url in urls:
+        check_url(url, "--endpoint")
+    return dataclasses.replace(cfg, endpoints=tuple(EndpointConfig(url=u) for u in urls), endpoints_file="")
 
 
 def _apply_override(data: dict[str, Any], item: str) -> None:
@@ -294,6 +371,8 @@ def _coerce(tp: Any, value: Any, *, path: str, where: str) -> Any:
 def _scalar(tp: Any, value: Any, *, path: str, where: str) -> Any:
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {path} must be a finite number, got {value!r}")
     if tp is Any:
         return value
     if tp in (int, float) and isinstance(value, bool):

@@ -90,12 +90,66 @@ def test_to_dict_is_plain_and_has_no_secret_values() -> None:
         ("client.max_attempts=0", "client.max_attempts must be at least 1"),
         ("output.sync_interval_s=0", "output.sync_interval_s must be positive"),
         ('input.keep_fields=["answer"]', "input.keep_fields 'answer' is an output column name"),
+        ("generation.top_p=0", r"generation.top_p must be in \(0, 1\], got 0.0"),
+        ("generation.top_k=-7", r"generation.top_k must be -1 \(off\) or at least 1, got -7"),
+        ("generation.top_k=0", "generation.top_k must be -1"),
+        ("generation.min_p=1.5", r"generation.min_p must be in \[0, 1\], got 1.5"),
+        ("generation.max_tokens=0", "generation.max_tokens must be at least 1, got 0"),
+        ("generation.temperature=nan", "generation.temperature must be a finite number, got nan"),
+        ("client.request_timeout_s=inf", "client.request_timeout_s must be a finite number"),
+        ("client.health_failures=0", "client.health_failures must be at least 1"),
+        ("client.queue_size=-1", "client.queue_size must be 0"),
+        ("validate.min_answer_chars=-1", "validate.min_answer_chars must be 0 or more"),
+        ("launch.port=70000", "launch.port must be a port number"),
     ],
-    ids=["shard-rows", "attempts", "sync", "keep-field-clash"],
+    ids=[
+        "shard-rows",
+        "attempts",
+        "sync",
+        "keep-field-clash",
+        "top_p",
+        "top_k",
+        "top_k-0",
+        "min_p",
+        "max_tokens",
+        "nan",
+        "inf",
+        "health-failures",
+        "queue-size",
+        "min-answer-chars",
+        "port",
+    ],
 )
 def test_values_are_checked(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize(
+    "override", ["generation.top_k=-1", "generation.temperature=0", "generation.top_p=1", "validate.max_repetition=1"]
+)
+def test_edges_of_the_ranges_load(override: str) -> None:
+    load_config(None, [override])
+
+
+def test_endpoint_values_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"endpoints\[1\].requests_per_second must be 0 \(unlimited\) or more"):
+        load_config(
+            write(tmp_path, "[[endpoints]]\nurl = 'sim'\n[[endpoints]]\nurl = 'sim'\nrequests_per_second = -1\n")
+        )
+    with pytest.raises(ConfigError, match=r"c.toml: endpoints\[0\].url: 'gpu-node:30000' is not 'sim' or an http"):
+        load_config(write(tmp_path, "[[endpoints]]\nurl = 'gpu-node:30000'\n"))
+
+
+def test_api_keys_must_be_set_where_a_run_uses_them() -> None:
+    from pipeline.config import check_api_keys
+
+    cfg = load_config("configs/qwen36-27b-mtp.toml")
+    check_api_keys(cfg, "q.toml", environ={"SGLANG_API_KEY": "k"})
+    with pytest.raises(
+        ConfigError, match=r"q.toml: endpoints\[0\].api_key_env names \$SGLANG_API_KEY, which is not set"
+    ):
+        check_api_keys(cfg, "q.toml", environ={})
 
 
 def test_endpoints_file_formats(tmp_path: Path) -> None:

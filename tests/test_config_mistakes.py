@@ -1,0 +1,115 @@
+"""Mistakes a user makes in a config, an argument or an input file: found at once (exit 2, naming the key or file),
+before anything is written or any endpoint is waited for; an empty input file is a warning, not an error."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline.cli import main
+from pipeline.config import load_config
+
+
+def write_input(path: Path, rows: int = 3) -> Path:
+    path.write_bytes(b"".join(orjson.dumps({"id": f"p{i}", "prompt": f"question {i}"}) + b"\n" for i in range(rows)))
+    return path
+
+
+def write_config(tmp_path: Path, endpoint: str = 'url = "sim"', generation: str = "", rows: int = 3) -> Path:
+    write_input(tmp_path / "in.jsonl", rows)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[input]\npath = "{tmp_path / "in.jsonl"}"\n'
+        f'[output]\ndir = "{tmp_path / "run"}"\nsync_interval_s = 0.1\n'
+        f"[generation]\nmax_tokens = 64\n{generation}\n"
+        "[client]\nno_endpoint_timeout_s = 2\nbackoff_max_s = 0.1\n"  # today's code gives up after 2 s, not 600
+        f"[[endpoints]]\n{endpoint}\n"
+    )
+    return cfg
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, float]:
+    start = time.monotonic()
+    code = main(argv)
+    return code, capsys.readouterr().err, time.monotonic() - start
+
+
+# ---------------------------------------------------------------- endpoint URLs
+
+
+def test_url_without_scheme_exits_2_at_once_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, 'url = "127.0.0.1:30000"')
+    code, err, took = run_cli(["run", str(cfg), "--no-progress"], capsys)
+    assert code == 2, err
+    assert "endpoints[0].url" in err and "'127.0.0.1:30000'" in err and "http://127.0.0.1:30000" in err
+    assert took < 1.5 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "preflight"])
+def test_endpoint_flag_without_scheme_exits_2(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    extra = ["--no-progress"] if command == "run" else ["--no-probe"]
+    code, err, took = run_cli([command, str(cfg), "--endpoint", "localhost:30000", *extra], capsys)
+    assert code == 2, err
+    assert "--endpoint" in err and "'localhost:30000'" in err
+    assert took < 1.5 and not (tmp_path / "run").exists()
+
+
+def test_sim_and_http_urls_stay_valid(tmp_path: Path) -> None:
+    for url in ("sim", "http://127.0.0.1:30000", "https://gpu-node-7.cluster:443/", "http://[::1]:30000"):
+        assert load_config(write_config(tmp_path, f'url = "{url}"')).endpoints[0].url == url
+
+
+def test_endpoints_file_urls_are_checked(tmp_path: Path) -> None:
+    from pipeline.config import read_endpoints_file
+    from pipeline.errors import ConfigError
+
+    listed = tmp_path / "eps.txt"
+    listed.write_text("http://a:1\n10.0.0.2:30000 8\n")
+    with pytest.raises(ConfigError, match=r"eps.txt:2: '10.0.0.2:30000' is not"):
+        read_endpoints_file(listed)
+
+
+# ---------------------------------------------------------------- API keys
+
+
+@pytest.mark.parametrize("value", [None, ""], ids=["unset", "empty"])
+def test_api_key_env_naming_an_unset_variable_exits_2(
+    tmp_path: Path, value: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if value is None:
+        monkeypatch.delenv("REGEN_TEST_KEY", raising=False)
+    else:
+        monkeypatch.setenv("REGEN_TEST_KEY", value)
+    cfg = write_config(tmp_path, 'url = "sim"\napi_key_env = "REGEN_TEST_KEY"')
+    for argv in (["run", str(cfg), "--no-progress"], ["preflight", str(cfg), "--no-probe"]):
+        code, err, _ = run_cli(argv, capsys)
+        assert code == 2, err
+        assert "endpoints[0].api_key_env" in err and "$REGEN_TEST_KEY" in err
+        assert ("is empty" if value == "" else "is not set") in err
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- ranges
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("generation.top_p=7", "generation.top_p must be in (0, 1], got 7.0"),
+        ("generation.temperature=-1", "generation.temperature must be 0 or more, got -1.0"),
+        ("validate.max_repetition=5.0", "validate.max_repetition must be in [0, 1]"),
+    ],
+    ids=["top_p", "temperature", "max_repetition"],
+)
+def test_out_of_range_sampling_exits_2_and_writes_nothing(
+    tmp_path: Path, override: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(tmp_path)
+    code, err, _ = run_cli(["run", str(cfg), "--no-progress", "--set", override], capsys)
+    assert code == 2, err
+    assert message in err
+    assert not (tmp_path / "run").exists()
