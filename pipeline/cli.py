@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .config import check_api_keys, load_config, with_endpoints
-from .errors import Interrupted, RegenError
+from .errors import InputError, Interrupted, RegenError
 
 EPILOG = "Exit codes: 0 done, 1 problem found, 2 bad config or input, 3 no usable endpoint, 4 locked, 130 interrupted."
 
@@ -149,6 +149,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # what a shell reports for a command killed by SIGPIPE
 
 
+def _run_dir(path: Path) -> Path:
+    """The RUN_DIR of status, inspect, validate, export and merge must be one (exit 2), not a typo read as zeros."""
+    if not path.exists():
+        raise InputError(f"{path}: no such run directory")
+    if not any((path / name).exists() for name in _RUN_DIR_MARKS):
+        raise InputError(f"{path}: not a run directory (no {', no '.join(_RUN_DIR_MARKS)})")
+    return path
+
+
+_RUN_DIR_MARKS = ("run.json", "shards/", "rejects/", "journal/")
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
 
@@ -203,7 +215,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from .inspection import format_status, run_status
 
-    status = run_status(args.run_dir)
+    status = run_status(_run_dir(args.run_dir))
     _print_json(status) if args.json else print(format_status(status))
     return 0
 
@@ -212,7 +224,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .inspection import format_inspect, inspect_run, write_html
 
     report = inspect_run(
-        args.run_dir,
+        _run_dir(args.run_dir),
         sample=args.sample,
         seed=args.seed,
         shard=args.shard,
@@ -232,7 +244,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cfg = None
     if args.set:
         cfg = load_config(None, [s if s.startswith("validate.") else f"validate.{s}" for s in args.set]).validate
-    result = validate_run(args.run_dir, cfg, quarantine=args.quarantine)
+    result = validate_run(_run_dir(args.run_dir), cfg, quarantine=args.quarantine)
     _print_json(result) if args.json else print(format_validate(result))
     return 1 if result.get("failed") and not args.quarantine else 0
 
@@ -241,7 +253,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .dataset.export import export_run
 
     result = export_run(
-        args.run_dir,
+        _run_dir(args.run_dir),
         format=args.format,
         out=args.out,
         file_format=args.file_format,
@@ -258,7 +270,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from .store.merge import merge_run
 
-    result = merge_run(args.run_dir, target_rows=args.target_rows, rejects=args.rejects)
+    result = merge_run(_run_dir(args.run_dir), target_rows=args.target_rows, rejects=args.rejects)
     print(f"merged {result['rows']} rows: {result['before_files']} files -> {result['after_files']} files")
     return 0
 

@@ -113,3 +113,36 @@ def test_out_of_range_sampling_exits_2_and_writes_nothing(
     assert code == 2, err
     assert message in err
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- a missing RUN_DIR
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["inspect"],
+        ["validate", "--json"],
+        ["export", "--format", "chat", "--out", "OUT"],
+        ["merge"],
+    ],
+    ids=["status", "status-json", "inspect", "validate", "export", "merge"],
+)
+def test_commands_on_a_missing_run_dir_exit_2(
+    tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "runs" / "typo"
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in argv]
+    code = main([argv[0], str(missing), *argv[1:]])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert f"{missing}: no such run directory" in err and out == ""
+    assert not missing.exists() and not (tmp_path / "out").exists()
+
+
+def test_a_folder_that_is_not_a_run_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "runs").mkdir()
+    assert main(["status", str(tmp_path / "runs")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
