@@ -32,6 +32,9 @@ def _args_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-index", type=int, help="this worker's index (default $SLURM_ARRAY_TASK_ID or 0)")
     p.add_argument("--num-workers", type=int, help="number of workers (default $SLURM_ARRAY_TASK_COUNT or 1)")
     p.add_argument("--retry-rejects", action="store_true", help="re-attempt ids that are in rejects")
+    p.add_argument(
+        "--move-foreign", action="store_true", help="move files regen did not write out of shards/ and rejects/"
+    )
     p.add_argument("--allow-config-change", action="store_true", help="resume despite a changed generation config")
     p.add_argument("--skip-preflight", action="store_true", help="do not check endpoints against [expect]")
     _set(p)
@@ -182,6 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         num_workers=count,
         limit=args.limit,
         retry_rejects=args.retry_rejects,
+        move_foreign=args.move_foreign,
         allow_config_change=args.allow_config_change,
         skip_preflight=args.skip_preflight,
         input_path=args.input,
@@ -191,6 +195,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Progress(enabled=not args.no_progress) as progress:
         summary = run(cfg, options, on_progress=progress.update)
     progress.print_summary(summary.metrics, summary.run_dir)
+    for move in summary.set_aside:
+        print(
+            f"regen: set aside {move['from']} -> {move['to']} ({move['problem']}); its ids are pending again",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -246,7 +255,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         cfg = load_config(None, [s if s.startswith("validate.") else f"validate.{s}" for s in args.set]).validate
     result = validate_run(_run_dir(args.run_dir), cfg, quarantine=args.quarantine)
     _print_json(result) if args.json else print(format_validate(result))
-    return 1 if result.get("failed") and not args.quarantine else 0
+    problems = result["damaged"] or result["duplicates"]["count"]
+    return 1 if problems or (result["failed"] and not args.quarantine) else 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:

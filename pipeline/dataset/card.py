@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..errors import OutputError
-from ..store.files import committed_parts
+from ..store.files import readable_parts
 
 CARD = "README.md"
 CONFIG_FILE = "regen-config.toml"
@@ -80,7 +80,7 @@ def percentiles(values: np.ndarray) -> dict[str, float] | None:
 
 
 def _columns(folder: Path, names: list[str]) -> Iterator[Any]:
-    for path in committed_parts(folder):
+    for path in readable_parts(folder):
         yield from pq.ParquetFile(path).iter_batches(batch_size=65536, columns=names)
 
 

@@ -22,13 +22,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, InputError, OutputError
 from ..schema import BASE_FIELDS, MESSAGE_TYPE, REJECT_FIELDS, to_table
-from ..store.files import committed_parts
+from ..store import id_hash
+from ..store.files import damaged_parts, readable_parts
+from ..store.scan import duplicated_hashes
 from .card import write_card
 
 FORMATS = ("chat", "sharegpt", "openai-batch-output")
@@ -81,19 +84,21 @@ def export_run(
         raise ConfigError(f"rows_per_file must be at least 1, got {rows_per_file}")
     if not (run_dir / "shards").is_dir() and not (run_dir / "run.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
+    _check_out(run_dir, out)
     if format == "openai-batch-output":
         file_format = "jsonl"  # the batch output format is defined as JSONL
     convert = _Converter(format, think_open, think_close)
     splits = [("train", "shards")] + ([("rejects", "rejects")] if include_rejects else [])
     files: list[Path] = []
     counts: dict[str, int] = {}
+    once = _Once(duplicated_hashes(run_dir))
     for split, kind in splits:
-        parts = committed_parts(run_dir / kind)
+        parts = readable_parts(run_dir / kind)
         schema = convert.schema(_keep_fields(parts), rejects=kind == "rejects")
         writer = SplitWriter(out / DATA_DIR, split, file_format, schema, rows_per_file)
         with writer:
             for batch in _batches(parts):
-                writer.write(convert.rows(batch))
+                writer.write(convert.rows(once.first(batch)))
         files += writer.files
         counts[split] = writer.rows
     _remove_stale(out / DATA_DIR, keep=set(files))
@@ -104,9 +109,21 @@ def export_run(
         "rows": counts["train"],
         "rejected_rows": counts.get("rejects", 0),
         "data_files": {split: f"{DATA_DIR}/{split}-*.{file_format}" for split, _ in splits if counts[split]},
+        "damaged": [str(d) for d in damaged_parts(run_dir)],
+        "duplicates_skipped": once.skipped,
     }
     summary["card"] = str(write_card(run_dir, out, summary))
     return summary
+
+
+def _check_out(run_dir: Path, out: Path) -> None:
+    """`out` is a folder (or not there yet) outside every run directory: an export never writes into a run."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: an existing file; the export writes a folder (README.md, data/), name a new one")
+    target, run = out.resolve(), run_dir.resolve()
+    for folder in (target, *target.parents):
+        if folder == run or (folder / "run.json").is_file():
+            raise OutputError(f"{out}: inside the run directory {folder}; export to a folder outside it")
 
 
 def _keep_fields(parts: list[Path]) -> list[str]:
@@ -122,6 +139,29 @@ def _batches(parts: list[Path]) -> Iterator[list[Row]]:
                 yield batch.to_pylist()
         except FileNotFoundError:
             raise InputError(f"{path}: vanished during export (is a merge running?); export again") from None
+
+
+class _Once:
+    """Lets each id through once: a committed id in two files (before a resume settles it) is exported from the
+    first file only, shards before rejects. Costs nothing per row when the run has no duplicate."""
+
+    def __init__(self, duplicated: np.ndarray) -> None:
+        self.duplicated = duplicated
+        self.seen: set[str] = set()
+        self.skipped = 0
+
+    def first(self, rows: list[Row]) -> list[Row]:
+        if len(self.duplicated) == 0:
+            return rows
+        kept = []
+        for row in rows:
+            if row["id"] in self.seen:
+                self.skipped += 1
+                continue
+            if np.isin(id_hash(row["id"]), self.duplicated):
+                self.seen.add(row["id"])
+            kept.append(row)
+        return kept
 
 
 class _Converter:

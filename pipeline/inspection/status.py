@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..store.files import DataFile, reject_files, shard_files
+from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.manifest import manifest_or_empty
+from ..store.scan import duplicates
 from . import rundir
 
 RECENT_WINDOW_S = 60.0
@@ -57,6 +58,8 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
     status.update(_rates(run_dir, acc, now))
     status["eta_s"] = _eta(status)
     status["endpoints"] = acc.endpoint_table()
+    status["damaged"] = [str(d) for d in damaged_parts(run_dir)]
+    status["duplicates"] = duplicates(run_dir)
     _merge_metrics_endpoints(run_dir, status, now)
     return status
 

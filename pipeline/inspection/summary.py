@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..store.files import DataFile, reject_files, shard_files
+from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from . import stats
 from .frame import Frame
 from .sample import choose, fetch_rows, sample_entry
@@ -54,6 +54,7 @@ def inspect_run(
         run_dir=str(run_dir),
         filters={"shard": shard, "reason": reason, "endpoint": endpoint, "where": where},
         files=len(files),
+        damaged=[str(d) for d in damaged_parts(run_dir)],
     )
     report.update(_problems(d))
     labels = [_label(f) for f in frame.files]

@@ -87,7 +87,17 @@ def format_status(status: dict[str, Any]) -> str:
         lines += ["", table(headers, rows)]
     if status["last_errors"]:
         lines += ["", "last errors:"] + [f"    {err}" for err in status["last_errors"]]
-    return "\n".join(lines)
+    return "\n".join(lines + store_problems(status))
+
+
+def store_problems(result: dict[str, Any]) -> list[str]:
+    """Lines about damaged committed files and ids committed twice (empty when there are none)."""
+    lines = [f"DAMAGED: {d} (skipped; `regen run` sets it aside and regenerates its ids)" for d in result["damaged"]]
+    dups = result["duplicates"]
+    if dups["count"]:
+        lines.append(f"DUPLICATES: {dups['count']:,} ids are committed more than once (a resume settles them)")
+        lines += [f"    {x['id']}: {', '.join(x['files'])}" for x in dups["examples"][:5]]
+    return lines
 
 
 def format_inspect(report: dict[str, Any], width: int = 100) -> str:
@@ -112,6 +122,7 @@ def _inspect_head(r: dict[str, Any]) -> str:
         f"run {r['run_dir']}: {r['rows']:,} rows in {r['files']} files" + (f" (filters: {active})" if active else ""),
         f"accepted {r['accepted']:,}  rejected {r['rejected']:,} ({_pct(r['reject_rate'])})",
     ]
+    lines += [f"DAMAGED: {d} (skipped)" for d in r["damaged"]]
     lines += [f"    {k:<22} {v:>10,}" for k, v in r["rejected_by_reason"].items()]
     lines.append("finish reasons: " + ", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items()))
     return "\n".join(lines)
@@ -204,4 +215,4 @@ def format_validate(result: dict[str, Any]) -> str:
         )
     elif result["failed"]:
         lines.append("run with --quarantine to move them into rejects/")
-    return "\n".join(lines)
+    return "\n".join(lines + store_problems(result))

@@ -46,6 +46,7 @@ class RunOptions:
     num_workers: int = 1
     limit: int | None = None
     retry_rejects: bool = False
+    move_foreign: bool = False
     allow_config_change: bool = False
     skip_preflight: bool = False
     input_path: str | None = None
@@ -59,6 +60,7 @@ class RunSummary:
     metrics: dict[str, Any]
     endpoints: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    set_aside: list[dict[str, str]] = field(default_factory=list)  # damaged parts moved to RUN_DIR/damaged/
 
 
 def worker_from_env(index: int | None, count: int | None) -> tuple[int, int]:
@@ -90,6 +92,7 @@ class Runner:
         self.pool: Pool | None = None
         self._stack: AsyncExitStack | None = None
         self.gate: Gate | None = None
+        self._set_aside: list[dict[str, str]] = []
 
     async def main(self) -> RunSummary:
         reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
@@ -117,7 +120,10 @@ class Runner:
             row_group_rows=self.cfg.output.row_group_rows,
             sync_interval_s=self.cfg.output.sync_interval_s,
         )
-        state = await asyncio.to_thread(store.open, retry_rejects=self.opt.retry_rejects)
+        state = await asyncio.to_thread(
+            store.open, retry_rejects=self.opt.retry_rejects, move_foreign=self.opt.move_foreign
+        )
+        self._set_aside = state.set_aside
         try:
             total, pending = self._count(hashes, state.done)
             del hashes
@@ -354,7 +360,7 @@ class Runner:
             k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
         }
         write_manifest(self.run_dir, manifest)
-        return RunSummary(self.run_dir, snap, snap.get("endpoints", {}), interrupted)
+        return RunSummary(self.run_dir, snap, snap.get("endpoints", {}), interrupted, self._set_aside)
 
     def _install_signals(self) -> None:
         if not self.opt.handle_signals:

@@ -82,23 +82,93 @@ class DataFile:
         return sum(self.row_groups)
 
 
+@dataclass(frozen=True)
+class Damaged:
+    """A file under shards/ or rejects/ that cannot be read as a committed part, and why.
+
+    `foreign` files were never written by regen (not Parquet at all, or Parquet without an `id` column): they are
+    reported, and moved aside only when the user says so. Other damage (a truncated or corrupted part) is set
+    aside by `regen run`, whose ids then simply become pending again.
+    """
+
+    path: Path
+    problem: str
+    foreign: bool
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
 def data_file(path: Path, rejects: bool) -> DataFile:
     meta = pq.ParquetFile(path).metadata
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     return DataFile(path, rejects, groups)
 
 
+def open_part(path: Path, rejects: bool) -> DataFile | Damaged:
+    """The part at `path` with its row groups, or what is wrong with it. FileNotFoundError passes through
+    (a concurrent rewrite removed it: the caller decides)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if head != PARQUET_MAGIC:
+            return Damaged(path, "not a Parquet file", foreign=True)
+        pfile = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        return Damaged(path, f"unreadable Parquet ({_short(exc)}); truncated or corrupted", foreign=False)
+    if "id" not in pfile.schema_arrow.names:
+        return Damaged(path, "Parquet without an `id` column: not a part regen wrote", foreign=True)
+    meta = pfile.metadata
+    return DataFile(path, rejects, tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups)))
+
+
+def data_files(run_dir: Path, kind: str) -> tuple[list[DataFile], list[Damaged]]:
+    """The readable committed parts of shards/ or rejects/, and the damaged ones."""
+    good: list[DataFile] = []
+    bad: list[Damaged] = []
+    for path in committed_parts(run_dir / kind):
+        try:
+            part = open_part(path, kind == REJECTS)
+        except FileNotFoundError:
+            continue
+        if isinstance(part, DataFile):
+            good.append(part)
+        else:
+            bad.append(part)
+    return good, bad
+
+
 def shard_files(run_dir: Path) -> list[DataFile]:
-    return [data_file(p, False) for p in committed_parts(run_dir / SHARDS)]
+    return data_files(run_dir, SHARDS)[0]
 
 
 def reject_files(run_dir: Path) -> list[DataFile]:
-    return [data_file(p, True) for p in committed_parts(run_dir / REJECTS)]
+    return data_files(run_dir, REJECTS)[0]
+
+
+def damaged_parts(run_dir: Path) -> list[Damaged]:
+    """Every file under shards/ and rejects/ that cannot be read as a committed part."""
+    return data_files(run_dir, SHARDS)[1] + data_files(run_dir, REJECTS)[1]
+
+
+def readable_parts(folder: Path) -> list[Path]:
+    """`committed_parts` minus the damaged ones (readers that work on the rest; see `damaged_parts`)."""
+    return [f.path for f in data_files(folder.parent, folder.name)[0]]
 
 
 def read_ids(path: Path) -> list[str]:
     """The `id` column of one committed part (no other column is read)."""
     return pq.ParquetFile(path).read(columns=["id"]).column("id").to_pylist()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------- committing

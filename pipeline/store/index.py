@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from .doneset import DoneSet, sorted_unique
-from .files import REJECTS, SHARDS, committed_parts, read_ids
+from .files import REJECTS, SHARDS, Damaged, DataFile, committed_parts, open_part, read_ids
 from .partition import id_hashes
 
 
@@ -37,17 +38,21 @@ class CommittedIndex:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.parts: dict[Path, PartIds] = {}
+        self.damaged: dict[Path, Damaged] = {}  # committed files that cannot be read; their ids count as pending
 
     def refresh(self) -> None:
         seen: dict[Path, PartIds] = {}
+        damaged: dict[Path, Damaged] = {}
         for kind in (SHARDS, REJECTS):
             for path in committed_parts(self.run_dir / kind):
                 part = self._read(path, kind)
-                if part is not None:
+                if isinstance(part, Damaged):
+                    damaged[path] = part
+                elif part is not None:
                     seen[path] = part
-        self.parts = seen
+        self.parts, self.damaged = seen, damaged
 
-    def _read(self, path: Path, kind: str) -> PartIds | None:
+    def _read(self, path: Path, kind: str) -> PartIds | Damaged | None:
         stamp = _stamp(path)
         if stamp is None:  # deleted by a concurrent rewrite
             return None
@@ -55,9 +60,14 @@ class CommittedIndex:
         if cached is not None and cached.stamp == stamp:
             return cached
         try:
+            part = open_part(path, kind == REJECTS)
+            if not isinstance(part, DataFile):
+                return part
             hashes = id_hashes(read_ids(path))
         except FileNotFoundError:
             return None
+        except (OSError, pa.ArrowException) as exc:  # a footer that reads but pages that do not
+            return Damaged(path, f"unreadable id column ({exc})", foreign=False)
         return PartIds(path, kind, hashes, stamp)
 
     def hashes(self, kind: str) -> np.ndarray:

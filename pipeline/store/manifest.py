@@ -51,6 +51,14 @@ def thinking_of(man: dict[str, Any]) -> bool:
     return bool(((man.get("config") or {}).get("generation") or {}).get("thinking", True))
 
 
+def record_set_aside(run_dir: Path, moves: list[dict[str, str]]) -> None:
+    """Add damaged files that were moved aside to run.json's `set_aside` list (with the time)."""
+    current = read_manifest(run_dir) or {}
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    current.setdefault("set_aside", []).extend({"at": at, **m} for m in moves)
+    write_manifest(run_dir, current)
+
+
 def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
     path = run_dir / MANIFEST
     tmp = run_dir / f".{MANIFEST}.{os.getpid()}.tmp"
@@ -78,6 +86,12 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
+def _past_preflight(manifest: dict[str, Any]) -> bool:
+    """Whether a run of this RUN_DIR may have sent a prompt: the runner records `preflight` (or, at the end, `counts`)
+    before its first one. A run stopped by preflight pinned nothing, so its fixed rerun may change the config."""
+    return "preflight" in manifest or "counts" in manifest
+
+
 def begin_run(
     run_dir: Path, cfg: Config, *, input_files: list[str], allow_config_change: bool, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -89,7 +103,7 @@ def begin_run(
         current = {"schema_version": SCHEMA_VERSION, "started_at": now, "history": []}
     else:
         diff = config_diff(current.get("generation", {}), fingerprint)
-        if diff and not allow_config_change:
+        if diff and not allow_config_change and _past_preflight(current):
             lines = "\n".join(f"  {k}: run has {a!r}, config has {b!r}" for k, a, b in diff)
             raise ConfigDriftError(
                 f"{run_dir}: the generation config differs from the one this run was started with:\n{lines}\n"

@@ -33,8 +33,8 @@ from .files import (
     QUARANTINE_PREFIX,
     REWRITE_TMP_PREFIX,
     commit,
-    committed_parts,
     parquet_options,
+    readable_parts,
     remove_rewrite_tmp_files,
 )
 from .locks import whole_run
@@ -58,12 +58,12 @@ def merge_run(
     folders = [run_dir / "shards"] + ([run_dir / "rejects"] if rejects else [])
     with exclusive(run_dir):
         recovered = finish_interrupted_merge(run_dir)
-        before = [p for f in folders for p in committed_parts(f)]
+        before = [p for f in folders for p in readable_parts(f)]
         merged_inputs = outputs = 0
         for folder in folders:
             n_in, n_out = _merge_folder(run_dir, folder, target_rows, row_group_rows)
             merged_inputs, outputs = merged_inputs + n_in, outputs + n_out
-        after = [p for f in folders for p in committed_parts(f)]
+        after = [p for f in folders for p in readable_parts(f)]
     return {
         "before_files": len(before),
         "after_files": len(after),
@@ -139,7 +139,7 @@ def _plan_groups(folder: Path, target_rows: int) -> list[dict[str, Any]]:
     """Small parts grouped by schema, each group with its output names and sizes; groups that would not shrink
     the file count are left out."""
     groups: list[dict[str, Any]] = []
-    for path in committed_parts(folder):
+    for path in readable_parts(folder):
         if path.name.startswith(QUARANTINE_PREFIX):
             continue  # the name is how the store and validate know these rows were quarantined: keep it
         meta = pq.ParquetFile(path)

@@ -36,6 +36,7 @@ from .files import (
     REJECTS,
     SHARDS,
     DataFile,
+    damaged_parts,
     drop_ids,
     reject_files,
     remove_rewrite_tmp_files,
@@ -45,6 +46,7 @@ from .files import (
 )
 from .locks import rewrite_lock
 from .manifest import manifest_or_empty, thinking_of, validate_config_of
+from .scan import duplicates
 
 EXAMPLES = 10
 _COMPLETION_FIELDS = (
@@ -76,11 +78,14 @@ def validate_run(
     """
     run_dir = Path(run_dir)
     if not quarantine:
-        return _check_run(run_dir, cfg, thinking, stage=False)[0]
-    with rewrite_lock(run_dir):
-        result, drops = _check_run(run_dir, cfg, thinking, stage=True)
-        for path, ids in drops.items():
-            rewrite_without(path, drop_ids(ids))  # step 2
+        result = _check_run(run_dir, cfg, thinking, stage=False)[0]
+    else:
+        with rewrite_lock(run_dir):
+            result, drops = _check_run(run_dir, cfg, thinking, stage=True)
+            for path, ids in drops.items():
+                rewrite_without(path, drop_ids(ids))  # step 2
+    result["damaged"] = [str(d) for d in damaged_parts(run_dir)]
+    result["duplicates"] = duplicates(run_dir)
     return result
 
 

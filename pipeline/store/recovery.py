@@ -15,10 +15,14 @@ Two steps, both idempotent, so a crash during recovery is recovered by the next 
   two steps is completed, not undone. The copy keeps the shard row's `created_at`; a shard row strictly newer
   than the quarantined one is a retry accepted since (`--retry-rejects`), and wins. It runs under the rewrite
   lock.
+
+A committed file that cannot be read (truncated, corrupted) is moved to RUN_DIR/damaged/ by `set_aside` and its
+ids become pending, so the next run regenerates them; a foreign file stops the run unless the user allows the move.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,15 +31,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import InputError
 from . import merge
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors, unlink_quiet
-from .files import QUARANTINE_PREFIX, REJECTS, SHARDS, drop_hashes, drop_rows, remove_rewrite_tmp_files, rewrite_without
+from .files import (
+    QUARANTINE_PREFIX,
+    REJECTS,
+    SHARDS,
+    Damaged,
+    drop_hashes,
+    drop_rows,
+    remove_rewrite_tmp_files,
+    rewrite_without,
+)
 from .index import CommittedIndex
 from .journal import ACCEPTED, JournalFile, read_journal
 from .locks import rewrite_lock
+from .manifest import record_set_aside
 from .partition import id_hash, id_hashes
 from .shards import PartWriter, unstorable_reject
+
+DAMAGED = "damaged"  # RUN_DIR/damaged/: committed files that could not be read, set aside by `regen run`
 
 
 def recover_journal(
@@ -155,3 +172,43 @@ def _winner(copies: list[_Copy]) -> _Copy:
         if newest.created >= max(c.created for c in copies if c.rank == 0):
             return newest
     return best
+
+
+def set_aside(run_dir: Path, damaged: list[Damaged], *, move_foreign: bool) -> list[dict[str, str]]:
+    """Move committed files that cannot be read into RUN_DIR/damaged/ (their ids become pending again) and record
+    each move in run.json. A foreign file is an InputError naming it, unless `move_foreign`.
+
+    Returns the moves as `{from, to, problem}`.
+    """
+    foreign = [d for d in damaged if d.foreign]
+    if foreign and not move_foreign:
+        names = "\n".join(f"  {d}" for d in foreign)
+        raise InputError(
+            f"{run_dir}: files that regen did not write sit among the committed parts:\n{names}\n"
+            "Move them out of shards/ and rejects/, or rerun with --move-foreign to have regen move them to "
+            f"{run_dir / DAMAGED}/"
+        )
+    moves: list[dict[str, str]] = []
+    with rewrite_lock(run_dir):
+        for d in damaged:
+            if not d.path.exists():
+                continue  # another worker set it aside first
+            target = _free_name(run_dir / DAMAGED, f"{d.path.parent.name}-{d.path.name}")
+            with output_errors(d.path, "move the damaged part aside"):
+                target.parent.mkdir(exist_ok=True)
+                os.replace(d.path, target)
+                fsync_dir(d.path.parent)
+                fsync_dir(target.parent)
+            moves.append(
+                {"from": str(d.path.relative_to(run_dir)), "to": str(target.relative_to(run_dir)), "problem": d.problem}
+            )
+    if moves:
+        record_set_aside(run_dir, moves)
+    return moves
+
+
+def _free_name(folder: Path, name: str) -> Path:
+    target, n = folder / name, 1
+    while target.exists():
+        target, n = folder / f"{name}.{n}", n + 1
+    return target

@@ -15,6 +15,7 @@ parts of that journal seq are committed (close, fsync, rename, fsync the directo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .index import CommittedIndex
 from .journal import ACCEPTED, REJECTED, JournalWriter, encode, list_journals, read_journal
 from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hashes, owns_many
-from .recovery import recover_journal, remove_ids, settle
+from .recovery import recover_journal, remove_ids, set_aside, settle
 from .shards import PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
 
 JOURNAL = "journal"
@@ -51,6 +52,7 @@ class ResumeState:
     total_accepted: int = 0
     total_rejected: int = 0
     recovered_rows: int = 0
+    set_aside: list[dict[str, str]] = dataclasses.field(default_factory=list)  # damaged parts moved to damaged/
 
 
 class RunStore:
@@ -87,7 +89,8 @@ class RunStore:
 
     # -- open / resume -------------------------------------------------------------------------------------------
 
-    def open(self, *, retry_rejects: bool = False) -> ResumeState:
+    def open(self, *, retry_rejects: bool = False, move_foreign: bool = False) -> ResumeState:
+        """Take this worker's lock, set damaged parts aside, recover journals, settle, and say what is done."""
         if self._lock is not None or self._closed:
             raise RuntimeError("a RunStore opens once")
         with output_errors(self.run_dir, "create the run directory"):
@@ -96,14 +99,18 @@ class RunStore:
         self._lock = take_worker_lock(self.run_dir, self.worker_index, self.num_workers)
         try:
             check_peers(self.run_dir, self.worker_index, self.num_workers)
-            return self._resume(retry_rejects)
+            return self._resume(retry_rejects, move_foreign)
         except BaseException:
             self._release()
             raise
 
-    def _resume(self, retry_rejects: bool) -> ResumeState:
+    def _resume(self, retry_rejects: bool, move_foreign: bool) -> ResumeState:
         index = CommittedIndex(self.run_dir)
         index.refresh()
+        moved: list[dict[str, str]] = []
+        if index.damaged:
+            moved = set_aside(self.run_dir, list(index.damaged.values()), move_foreign=move_foreign)
+            index.refresh()
         committed = {SHARDS: index.done(SHARDS), REJECTS: index.done(REJECTS)}
         recovered = self._recover_worker(self.worker_index, committed)
         for worker in sorted(self._other_workers()):
@@ -119,7 +126,7 @@ class RunStore:
         # Journals before committed parts: a row moving from one to the other meanwhile is seen at least once.
         live = id_hashes(e.row["id"] for j in list_journals(self.run_dir / JOURNAL) for e in read_journal(j.path))
         index.refresh()
-        state = self._resume_state(index, live, retry_rejects, recovered)
+        state = dataclasses.replace(self._resume_state(index, live, retry_rejects, recovered), set_aside=moved)
         if retry_rejects:
             self._retry_parts = {p.path: p.hashes for p in index.parts.values() if p.kind == REJECTS}
         seq = self._next_seq()
