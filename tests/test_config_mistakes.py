@@ -146,3 +146,44 @@ def test_a_folder_that_is_not_a_run_exits_2(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "runs").mkdir()
     assert main(["status", str(tmp_path / "runs")]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- export --out
+
+
+def _finished_run(tmp_path: Path) -> Path:
+    from tests.test_inspection_runs import build_run
+
+    return build_run(tmp_path)
+
+
+def test_export_onto_an_existing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _finished_run(tmp_path)
+    target = tmp_path / "export.jsonl"
+    target.write_text("keep me\n")
+    code = main(["export", str(run), "--format", "chat", "--out", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "an existing file" in err and "Traceback" not in err
+    assert target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("inside", ["shards", ".", "exports/chat", "shards/nested"])
+def test_export_into_the_run_dir_exits_2_and_writes_nothing(
+    tmp_path: Path, inside: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _finished_run(tmp_path)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    code = main(["export", str(run), "--format", "chat", "--out", str(run / inside)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "inside the run directory" in err
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
+def test_export_into_another_run_dir_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _finished_run(tmp_path / "a")
+    other = _finished_run(tmp_path / "b")
+    assert main(["export", str(run), "--format", "chat", "--out", str(other / "export")]) == 2
+    assert f"inside the run directory {other.resolve()}" in capsys.readouterr().err
+    assert not (other / "export").exists()
