@@ -121,3 +121,27 @@ def test_pipeline_run_stays_the_function_after_the_engine_is_imported() -> None:
     code = "import pipeline.run.runner, pipeline\nassert callable(pipeline.run), pipeline.run\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+_IMPORTS_AFTER = """
+import contextlib, io, sys
+from pipeline.cli import main
+loaded = {"import": sorted(m for m in ("matplotlib", "datasets") if m in sys.modules)}
+for argv in (["status", sys.argv[1]], ["inspect", sys.argv[1]]):
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(argv) == 0, argv
+    loaded[argv[0]] = sorted(m for m in ("matplotlib", "datasets") if m in sys.modules)
+print(loaded)
+"""
+
+
+def test_status_and_inspect_do_not_load_matplotlib_or_datasets(tmp_path: Path) -> None:
+    """matplotlib (~0.7 s of `regen status` before) is for `inspect --html` only; `datasets` is for tests only."""
+    from tests.test_inspection_runs import build_run
+
+    run_dir = build_run(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AFTER, str(run_dir)], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{'import': [], 'status': [], 'inspect': []}"

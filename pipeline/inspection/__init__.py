@@ -1,7 +1,9 @@
-"""Run inspection: status, inspect, validate (with quarantine) and the HTML report, over a RUN_DIR only.
+"""Run inspection: status, inspect, validate and the HTML report, over a RUN_DIR only.
 
-Every function returns plain data (dicts of JSON-able values) or a string; nothing here prints or talks to an
-endpoint. Reading is streaming and column-selective, so a 1M-row run answers in seconds with little memory.
+Every function returns plain data (dicts of JSON-able values) or a string; nothing here prints, writes into the
+RUN_DIR or talks to an endpoint (`validate --quarantine` is a store operation: `validate_run` is re-exported from
+`pipeline.store.quarantine`). Reading is streaming and column-selective, so a 1M-row run answers in seconds with
+little memory; matplotlib loads only when `write_html` draws the report.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""`regen inspect --html`: the inspect report as one self-contained HTML file (plots inline, no network)."""
+"""`regen inspect --html`: the inspect report as one self-contained HTML file (plots inline, no network).
+
+matplotlib (~0.5 s and ~40 MB of imports) loads on the first plot, inside `write_html`, so importing this module
+(and `pipeline.inspection`) costs `regen status` and a plain `regen inspect` nothing.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,12 @@ import io
 import itertools
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import matplotlib
-
-matplotlib.use("Agg")  # no display; must precede any figure creation
-
-from matplotlib import dates as mdates
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from .textview import elide
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -138,6 +138,16 @@ def _sample(row: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _figure() -> Figure:
+    """A new, empty plot; the first call imports matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede any figure creation
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(6.4, 3.6))
+
+
 def _png(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -148,7 +158,7 @@ def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
     plots = []
     colors = {"reasoning_tokens": "#4c72b0", "answer_tokens": "#dd8452", "answer_bytes": "#dd8452"}
     for name, hist in r["histograms"].items():
-        fig = Figure(figsize=(6.4, 3.6))
+        fig = _figure()
         ax = fig.add_subplot()
         if hist["counts"]:
             edges = hist["edges"]
@@ -164,7 +174,10 @@ def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _timeline(t: dict[str, Any]) -> Figure:
-    fig = Figure(figsize=(6.4, 3.6))
+    import matplotlib
+    from matplotlib import dates as mdates
+
+    fig = _figure()
     ax = fig.add_subplot()
     ax.set_title("accepted and rejected by reason over time")
     if t["edges"]:
@@ -184,7 +197,7 @@ def _timeline(t: dict[str, Any]) -> Figure:
 
 
 def _endpoint_bars(groups: dict[str, dict[str, Any]]) -> Figure:
-    fig = Figure(figsize=(6.4, 3.6))
+    fig = _figure()
     ax = fig.add_subplot()
     ax.set_title("problem rates per endpoint")
     names = list(groups)
