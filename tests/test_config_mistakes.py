@@ -3,6 +3,8 @@ before anything is written or any endpoint is waited for; an empty input file is
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +13,12 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config import load_config
+
+
+@pytest.fixture(autouse=True)
+def _import_hooks_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`regen run` in this process blocks pandas imports (run/memory.py); later tests here and elsewhere need it."""
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
 
 
 def write_input(path: Path, rows: int = 3) -> Path:
@@ -187,3 +195,18 @@ def test_export_into_another_run_dir_exits_2(tmp_path: Path, capsys: pytest.Capt
     assert main(["export", str(run), "--format", "chat", "--out", str(other / "export")]) == 2
     assert f"inside the run directory {other.resolve()}" in capsys.readouterr().err
     assert not (other / "export").exists()
+
+
+# ---------------------------------------------------------------- input files
+
+
+def test_empty_input_file_warns_and_the_run_finishes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(tmp_path)
+    (tmp_path / "in.jsonl").write_bytes(b"")
+    with caplog.at_level(logging.WARNING):
+        code, err, _ = run_cli(["run", str(cfg), "--no-progress"], capsys)
+    assert code == 0, err
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings.count(f"{tmp_path / 'in.jsonl'}: input file has no rows") == 1, warnings

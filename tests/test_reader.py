@@ -223,6 +223,33 @@ def test_missing_ids_become_a_stable_content_hash(tmp_path: Path) -> None:
     assert with_system.id != expected  # the hash is of the final messages
 
 
+def test_a_null_id_in_json_is_bad_input_naming_the_row(tmp_path: Path) -> None:
+    """`"id": null` was meant to be an id: it is rejected, not hashed (an absent field still hashes)."""
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "prompt": "x"}, {"id": None, "prompt": "hello"}])
+    reader = PromptReader(InputConfig(path=str(path)))
+    a, null = [item for batch in reader.iter_batches() for item in batch]
+    assert isinstance(a, Prompt) and isinstance(null, BadInput)
+    assert null.id == "bad-input:in.jsonl:2" and null.source == f"{path}:2"
+    assert null.detail.startswith("id is null")
+    assert [i for ids in reader.scan_ids() for i in ids] == ["a", "bad-input:in.jsonl:2"]
+
+
+def test_an_empty_input_file_is_a_warning_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write_jsonl(tmp_path / "a.jsonl", [{"id": "a", "prompt": "x"}])
+    (tmp_path / "b.jsonl").write_bytes(b"\n  \n")
+    pq.write_table(
+        pa.table({"id": pa.array([], pa.string()), "prompt": pa.array([], pa.string())}), tmp_path / "c.parquet"
+    )
+    reader = PromptReader(InputConfig(path=str(tmp_path)))
+    with caplog.at_level("WARNING", logger="pipeline.run.reader"):
+        assert reader.check_duplicates() == 1
+        assert [p.id for batch in reader.iter_batches() for p in batch] == ["a"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'b.jsonl'}: input file has no rows",
+        f"{tmp_path / 'c.parquet'}: input file has no rows",
+    ]
+
+
 def test_content_hash_is_the_same_in_another_process(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "bonjour 世界"}])
     code = (

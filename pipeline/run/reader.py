@@ -2,16 +2,20 @@
 
 It owns what happens to a row once its file has been read (`input_files` resolves `input.path` and streams each
 format): turning each row into chat messages, giving it an id, rejecting bad rows with the file and row, and
-finding duplicate ids before anything is sent.
+finding duplicate ids before anything is sent. An input file without a row is a warning on this module's logger
+(once per file): the run goes on with the other files, or finishes with nothing to do.
 
 Row numbers in `source` ("file:row") are 1-based line numbers for JSONL and OpenAI batch files (what an editor
 shows) and 0-based row indices for Parquet and Arrow files (what `pyarrow` and `datasets` indexing use).
 
 Ids are the `id_field` value as a string (integers are converted). A row without one gets a content hash: the first
 16 hex digits of sha256 over the canonical JSON (sorted keys, no whitespace) of its final messages, that is after
-`system_prompt` is prepended. The hash is stable across runs and machines, but changing `system_prompt` changes
-it, and identical prompts without ids hash alike, so they count as duplicates. A bad row with no usable id gets
-"bad-input:<file name>:<row>" (the path relative to the inputs' common folder when two files share a name).
+`system_prompt` is prepended. "Without one" means the field is absent from a JSON row, or null in a Parquet or Arrow
+column (a column cannot tell a missing value from a null); a JSON row that says `"id": null` is `bad_input`, since
+an id that was meant to be there and is not would otherwise turn silently into a hash. The hash is stable across
+runs and machines, but changing `system_prompt` changes it, and identical prompts without ids hash alike, so they
+count as duplicates. A bad row with no usable id gets "bad-input:<file name>:<row>" (the path relative to the
+inputs' common folder when two files share a name).
 
 Duplicates: `check_duplicates` puts a 64-bit hash of every id into a numpy array (8 bytes a row, 8 MB per million
 rows), sorts it to find the few hashes seen more than once, then rereads only the ids with those hashes to confirm
@@ -22,6 +26,7 @@ repeat, so its memory grows with the number of duplicates, not with the dataset.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,8 @@ from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
 from .input_files import Broken, Row, arrow_rows, jsonl_rows, labels, parquet_rows, resolve
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "jsonl", "parquet", "datasets", "openai-batch")
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -76,6 +83,7 @@ class PromptReader:
         self._labels: dict[Path, str] = {}
         self._repeats: dict[str, int] | None = None  # id -> occurrences, for ids seen more than once
         self._total = 0  # rows in the input, set by the duplicate pass
+        self._warned_empty: set[Path] = set()  # each empty input file is reported once, not once per pass
 
     # ------------------------------------------------------------ public API
 
@@ -179,8 +187,13 @@ class PromptReader:
                 chunks = parquet_rows(path, columns, size, ids_only)
             else:
                 chunks = arrow_rows(path, columns, size, ids_only)
+            empty = True
             for rows in chunks:
+                empty = empty and not rows
                 yield path, rows
+            if empty and path not in self._warned_empty:
+                self._warned_empty.add(path)
+                log.warning("%s: input file has no rows", path)
 
     def _scan(self) -> Iterator[tuple[Path, list[tuple[int, str]]]]:
         ids_only = None if self._openai else self._cfg.id_field
@@ -193,7 +206,7 @@ class PromptReader:
         """The id `_normalise` would give, cheaply when the row carries one."""
         if isinstance(data, dict):
             try:
-                given = self._given_id(data)
+                given = self._given_id(data, self._json(path))
             except _Problem:
                 return self._bad_id(path, row)
             if given is not None:
@@ -209,7 +222,7 @@ class PromptReader:
             return BadInput(self._bad_id(path, row), source, detail, self._keep({}))
         given: str | None = None
         try:
-            given = self._given_id(data)
+            given = self._given_id(data, self._json(path))
             messages, overrides = self._openai_request(data) if self._openai else (self._messages(data), None)
         except _Problem as problem:
             return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
@@ -218,13 +231,19 @@ class PromptReader:
             extra[REQUEST_OVERRIDES] = overrides
         return Prompt(given or content_id(messages), messages, source, extra)
 
-    def _given_id(self, data: dict[str, Any]) -> str | None:
+    def _json(self, path: Path) -> bool:
+        """Whether rows of `path` are JSON objects, where a null field is written on purpose (not a column gap)."""
+        return self._kinds is not None and self._kinds.get(path) in ("jsonl", "json")
+
+    def _given_id(self, data: dict[str, Any], json_row: bool) -> str | None:
         """The row's own id; None when it has none; _Problem when it has one that cannot be used."""
         key = "custom_id" if self._openai else self._cfg.id_field
         value = data.get(key)
         if value is None:
             if self._openai:
                 raise _Problem("missing custom_id")
+            if json_row and key in data:
+                raise _Problem(f"{key} is null; give the row an id, or leave the field out to use a content hash")
             return None
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise _Problem(f"{key} must be a string or an integer, got {_tname(value)} {_short(value)}")
