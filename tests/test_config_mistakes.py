@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config import load_config
+from tests.conftest import regen
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +211,22 @@ def test_empty_input_file_warns_and_the_run_finishes(
     assert code == 0, err
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings.count(f"{tmp_path / 'in.jsonl'}: input file has no rows") == 1, warnings
+
+
+# ---------------------------------------------------------------- preflight and DNS
+
+
+def test_preflight_failure_does_not_pin_the_config(tmp_path: Path) -> None:
+    """A run stopped by preflight sent no prompt: the rerun with the fixed config is not refused as a change."""
+    sim = 'url = "sim"\nsim_args = ["--served-model-name", "right-model", "--reasoning-parser", "qwen3"]'
+    cfg = write_config(tmp_path, sim, generation='model = "wrong-model"')
+    first = regen("run", str(cfg), "--no-progress")
+    assert first.returncode == 3, first.stderr
+    assert "preflight failed" in first.stderr
+    cfg.write_text(cfg.read_text().replace("wrong-model", "right-model"))
+    fixed = regen("run", str(cfg), "--no-progress")
+    assert fixed.returncode == 0, fixed.stderr
+    # once prompts were sent, a changed config is refused as before
+    cfg.write_text(cfg.read_text().replace("max_tokens = 64", "max_tokens = 65"))
+    changed = regen("run", str(cfg), "--no-progress")
+    assert changed.returncode == 2 and "generation.max_tokens" in changed.stderr
