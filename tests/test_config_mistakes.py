@@ -3,6 +3,7 @@ before anything is written or any endpoint is waited for; an empty input file is
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -230,3 +231,13 @@ def test_preflight_failure_does_not_pin_the_config(tmp_path: Path) -> None:
     cfg.write_text(cfg.read_text().replace("max_tokens = 64", "max_tokens = 65"))
     changed = regen("run", str(cfg), "--no-progress")
     assert changed.returncode == 2 and "generation.max_tokens" in changed.stderr
+
+
+def test_an_unresolvable_host_is_named_as_such() -> None:
+    from pipeline.server.preflight import preflight_endpoint
+
+    result = asyncio.run(preflight_endpoint("http://no-such-host.invalid:30000", load_config(None), probe=False))
+    reach = result["checks"][0]
+    assert reach["name"] == "reachable" and not reach["ok"]
+    assert "cannot resolve host 'no-such-host.invalid'" in reach["actual"]
+    assert "loading weights" not in reach["hint"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -77,6 +78,8 @@ class _Control:
         try:
             return await self.http.request(method, path, **kwargs)
         except httpx.ConnectError as exc:
+            if _is_dns_failure(exc):
+                raise _UnresolvedHost(f"cannot resolve host {self.http.base_url.host!r} ({exc})") from None
             raise EndpointDownError(f"{self.url}: port closed ({exc})") from None
         except httpx.TimeoutException as exc:
             raise RetryableRequestError(f"{self.url}{path}: timed out ({type(exc).__name__})") from None
@@ -90,6 +93,20 @@ class _Control:
             return resp.status_code, resp.json() if resp.content else None
         except ValueError:
             return resp.status_code, None
+
+
+class _UnresolvedHost(EndpointDownError):
+    """The host name does not resolve: a typo or a node that is gone, not a server still loading its weights."""
+
+
+def _is_dns_failure(exc: BaseException) -> bool:
+    """Whether a connect error comes from name resolution (socket.gaierror somewhere in its chain)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @asynccontextmanager
@@ -129,6 +146,9 @@ async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, s
 
     try:
         status, body = await get("/v1/models")
+    except _UnresolvedHost as exc:
+        got.reach = str(exc)
+        return got
     except EndpointDownError:
         got.reach = "port closed"
         return got
