@@ -45,6 +45,10 @@ class OutputConfig:
     shard_rows: int = 10000
     row_group_rows: int = 512
     sync_interval_s: float = 1.0
+    progress_interval_s: float = 60.0  # a progress line on the log this often (regen run)
+    metrics_port: int = 0  # serve Prometheus metrics on this port while the run lives; 0 = off
+    metrics_host: str = "127.0.0.1"  # the address the metrics server binds (0.0.0.0 for a cluster scraper)
+    metrics_linger_s: float = 0.0  # keep serving this long after the run ends, so a last scrape sees the end
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class ValidateConfig:
     require_reasoning: bool = True
     reject_truncated: bool = True
     reject_answer_in_reasoning: bool = True
+    reject_think_markers: bool = True  # `<think>`/`</think>` left in the answer or reasoning after the split
     min_answer_chars: int = 1
     max_repetition: float = 0.0  # 0 = off; else reject when one n-gram covers this fraction of the text
 
@@ -221,6 +226,9 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("output.shard_rows", _at_least(1), "at least 1"),
     ("output.row_group_rows", _at_least(1), "at least 1"),
     ("output.sync_interval_s", _positive, "positive"),
+    ("output.progress_interval_s", _positive, "positive"),
+    ("output.metrics_port", lambda v: 0 <= v <= 65535, "0 (off) or a port number in [1, 65535]"),
+    ("output.metrics_linger_s", _at_least(0), "0 or more"),
     ("generation.temperature", _at_least(0), "0 or more"),
     ("generation.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("generation.top_k", lambda v: v == -1 or v >= 1, "-1 (off) or at least 1"),

@@ -8,12 +8,24 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """One input row, normalised. `source` names the file and row it came from ("file.jsonl:17")."""
+    """One input row, normalised. `source` names the file and row it came from ("file.jsonl:17").
+
+    `messages` is the conversation as given (assistant turns possibly empty); `turns` the indices of the assistant
+    turns to generate (see conversation.turn_positions), empty meaning one new turn after the last message.
+    `source_id` is the input row's id when one row yields several samples (`id` is then `<source_id>#<k>`).
+    """
 
     id: str
     messages: tuple[dict[str, str], ...]
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # keep_fields, already stringified
+    turns: tuple[int, ...] = ()
+    source_id: str | None = None
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        """Where the generated turns go: `turns`, or one new turn at the end."""
+        return self.turns or (len(self.messages),)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,22 @@ import pyarrow as pa
 
 from .records import BadInput, Completion, Prompt
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `turns` and `source_id` (conversations); version-1 RUN_DIRs still read
 
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+TURN_TYPE = pa.struct(
+    [
+        ("reasoning", pa.string()),
+        ("answer", pa.string()),
+        ("finish_reason", pa.string()),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("reasoning_tokens", pa.int32()),
+        ("endpoint", pa.string()),
+        ("latency_s", pa.float32()),
+        ("attempts", pa.int16()),
+    ]
+)
 
 BASE_FIELDS: list[pa.Field] = [
     pa.field("id", pa.string(), nullable=False),
@@ -36,6 +49,8 @@ BASE_FIELDS: list[pa.Field] = [
     pa.field("seed", pa.int64()),
     pa.field("created_at", pa.timestamp("us", tz="UTC")),
     pa.field("spec_accept_length", pa.float32()),
+    pa.field("turns", pa.list_(TURN_TYPE)),  # every generated assistant turn, in order; the last is the row's own
+    pa.field("source_id", pa.string()),  # the input id when generation.samples > 1, else null
 ]
 REJECT_FIELDS: list[pa.Field] = [pa.field("reason", pa.string()), pa.field("detail", pa.string())]
 
@@ -46,6 +61,7 @@ REASONS: tuple[str, ...] = (
     "truncated",
     "empty_response",
     "answer_in_reasoning",
+    "think_marker",
     "empty_answer",
     "empty_reasoning",
     "degenerate_repetition",
@@ -80,8 +96,26 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def accepted_row(prompt: Prompt, completion: Completion, attempts: int) -> dict[str, Any]:
-    """The shard row for an accepted completion; keys are schema column names."""
+def turn_entry(completion: Completion, attempts: int) -> dict[str, Any]:
+    """One element of the `turns` column: what one generated assistant turn was."""
+    return {
+        "reasoning": completion.reasoning,
+        "answer": completion.answer,
+        "finish_reason": completion.finish_reason,
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "reasoning_tokens": completion.reasoning_tokens,
+        "endpoint": completion.endpoint,
+        "latency_s": completion.latency_s,
+        "attempts": attempts,
+    }
+
+
+def accepted_row(
+    prompt: Prompt, completion: Completion, attempts: int, turns: Sequence[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The shard row for an accepted completion; keys are schema column names. `prompt.messages` are the messages
+    sent for the last turn; `turns` every generated turn (default: this completion alone)."""
     return {
         "id": prompt.id,
         "messages": list(prompt.messages),
@@ -98,20 +132,30 @@ def accepted_row(prompt: Prompt, completion: Completion, attempts: int) -> dict[
         "seed": completion.seed,
         "created_at": _now_us(),
         "spec_accept_length": completion.spec_accept_length,
+        "turns": list(turns) if turns is not None else [turn_entry(completion, attempts)],
+        "source_id": prompt.source_id,
         **_kept(prompt.extra),
     }
 
 
 def rejected_row(
-    prompt: Prompt, completion: Completion | None, attempts: int, reason: str, detail: str
+    prompt: Prompt,
+    completion: Completion | None,
+    attempts: int,
+    reason: str,
+    detail: str,
+    turns: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The reject row: the last completion seen (if any), plus why it was rejected."""
+    """The reject row: the last completion seen (if any), plus why it was rejected. `turns` are the turns that
+    were accepted before the one that failed; the failed completion (if any) is appended to them."""
     if completion is None:
         row: dict[str, Any] = {"id": prompt.id, "messages": list(prompt.messages), "attempts": attempts}
         row["created_at"] = _now_us()
+        row["turns"] = list(turns) or None
+        row["source_id"] = prompt.source_id
         row.update(_kept(prompt.extra))
     else:
-        row = accepted_row(prompt, completion, attempts)
+        row = accepted_row(prompt, completion, attempts, [*turns, turn_entry(completion, attempts)])
     row["reason"] = reason
     row["detail"] = detail
     return row

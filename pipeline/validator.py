@@ -1,6 +1,6 @@
 """Pure checks on a completion. A bad completion is data: a Verdict with a reason code, never an exception.
 
-Reason precedence (DESIGN.md section 5): truncated, empty_response, answer_in_reasoning, empty_answer,
+Reason precedence (DESIGN.md section 5): truncated, empty_response, answer_in_reasoning, think_marker, empty_answer,
 empty_reasoning, then the optional degenerate_repetition check.
 """
 
@@ -23,6 +23,8 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
         )
     if cfg.reject_answer_in_reasoning and not answer and reasoning and completion.finish_reason == "stop":
         return Verdict(False, "answer_in_reasoning", f"answer empty, reasoning has {len(reasoning)} chars")
+    if cfg.reject_think_markers and (marker := _think_marker(answer, reasoning)):
+        return Verdict(False, "think_marker", marker)
     if cfg.require_answer and len(answer) < cfg.min_answer_chars:
         return Verdict(False, "empty_answer", f"answer has {len(answer)} chars (< {cfg.min_answer_chars})")
     if thinking and cfg.require_reasoning and not reasoning:
@@ -32,6 +34,18 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
         if share >= cfg.max_repetition:
             return Verdict(False, "degenerate_repetition", f"one 8-word phrase covers {share:.0%} of the text")
     return ACCEPTED
+
+
+THINK_MARKERS = ("<think>", "</think>")
+
+
+def _think_marker(answer: str, reasoning: str) -> str:
+    """Where a think tag survived the reasoning split (a parser failure or a second thinking block), or ""."""
+    for name, text in (("answer", answer), ("reasoning", reasoning)):
+        for tag in THINK_MARKERS:
+            if tag in text:
+                return f"{tag} left in the {name} after the reasoning split"
+    return ""
 
 
 def repetition_share(text: str, n: int = 8) -> float:

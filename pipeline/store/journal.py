@@ -1,7 +1,10 @@
 """The per-worker journal: every finished row, fsynced within about a second.
 
 A journal is `RUN_DIR/journal/worker-{i}.{seq}.jsonl`, one orjson object a line:
-`{"kind": "accepted" | "rejected", "row": {...}}` with `created_at` as integer microseconds. Journal `seq` holds
+`{"kind": "accepted" | "rejected", "row": {...}}` with `created_at` as integer microseconds, or
+`{"kind": "turn", "row": {"id", "k", "turn": {...}}}`: turn k of a conversation whose row is not finished yet, so a
+crash in the middle of a long conversation does not regenerate its finished turns. Turn entries of conversations
+still open are carried into the next journal when one is deleted (`JournalWriter.rotate`). Journal `seq` holds
 exactly the rows of part `seq` (shards/ and rejects/) that are not committed yet; once those parts are committed
 the journal is deleted and the next rows go to `seq + 1`. A line that does not parse (a torn tail after a crash,
 or a write cut short by a full disk) is skipped: it was never acknowledged by a sync.
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from .durable import fsync_dir, output_errors, unlink_quiet
 
 ACCEPTED = "accepted"
 REJECTED = "rejected"
+TURN = "turn"
 KINDS = (ACCEPTED, REJECTED)
 
 _NAME = re.compile(r"^worker-(\d+)\.(\d+)\.jsonl$")
@@ -63,25 +67,41 @@ def encode(kind: str, row: dict[str, Any]) -> bytes:
     return memoryview(line).tobytes()
 
 
-def read_journal(path: Path) -> Iterator[JournalEntry]:
-    """Stream the entries of one journal, skipping lines that do not parse (torn writes)."""
+def read_journal(path: Path, kinds: tuple[str, ...] = KINDS) -> Iterator[JournalEntry]:
+    """Stream the entries of one journal (finished rows unless `kinds` says otherwise), skipping lines that do
+    not parse (torn writes)."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:  # recovered and deleted by another worker meanwhile
         return
     with handle:
         for line in handle:
-            entry = _decode(line)
+            entry = _decode(line, kinds)
             if entry is not None:
                 yield entry
 
 
-def _decode(line: bytes) -> JournalEntry | None:
+def read_turns(journals: list[JournalFile]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The journaled turns of unfinished conversations: id -> {k: turn}."""
+    turns: dict[str, dict[int, dict[str, Any]]] = {}
+    for journal in journals:
+        for entry in read_journal(journal.path, (TURN,)):
+            k, turn = entry.row.get("k"), entry.row.get("turn")
+            if isinstance(k, int) and isinstance(turn, dict):
+                turns.setdefault(entry.row["id"], {})[k] = turn
+    return turns
+
+
+def turn_line(prompt_id: str, k: int, turn: dict[str, Any]) -> bytes:
+    return encode(TURN, {"id": prompt_id, "k": k, "turn": turn})
+
+
+def _decode(line: bytes, kinds: tuple[str, ...]) -> JournalEntry | None:
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(obj, dict) or obj.get("kind") not in KINDS or not isinstance(obj.get("row"), dict):
+    if not isinstance(obj, dict) or obj.get("kind") not in kinds or not isinstance(obj.get("row"), dict):
         return None
     if not isinstance(obj["row"].get("id"), str):
         return None
@@ -115,13 +135,16 @@ class JournalWriter:
                 data = data[written:]
             os.fsync(self._fd)
 
-    def rotate(self) -> None:
-        """Delete the current journal (its rows are committed) and move on to the next seq."""
+    def rotate(self, carry: Sequence[bytes] = ()) -> None:
+        """Move on to the next seq and delete the current journal (its rows are committed). `carry` (the turns of
+        conversations still open) is written to the next journal first, so no crash point loses it."""
         self.close()
-        with output_errors(self.path, "delete the committed journal"):
-            unlink_quiet(self.path)
-            fsync_dir(self.directory)
+        old = self.path
         self.seq += 1
+        self.append(list(carry))
+        with output_errors(old, "delete the committed journal"):
+            unlink_quiet(old)
+            fsync_dir(self.directory)
 
     def close(self) -> None:
         if self._fd is not None:

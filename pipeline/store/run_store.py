@@ -30,9 +30,9 @@ from .doneset import DoneSet
 from .durable import fsync_dir, output_errors
 from .files import REJECTS, SHARDS
 from .index import CommittedIndex
-from .journal import ACCEPTED, REJECTED, JournalWriter, encode, list_journals, read_journal
+from .journal import ACCEPTED, REJECTED, TURN, JournalWriter, encode, list_journals, read_journal, read_turns, turn_line
 from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
-from .partition import check_partition, id_hashes, owns_many
+from .partition import check_partition, id_hash, id_hashes, owns, owns_many
 from .recovery import recover_journal, remove_ids, set_aside, settle
 from .shards import PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
 
@@ -53,6 +53,8 @@ class ResumeState:
     total_rejected: int = 0
     recovered_rows: int = 0
     set_aside: list[dict[str, str]] = dataclasses.field(default_factory=list)  # damaged parts moved to damaged/
+    # Finished turns of this worker's unfinished conversations: id -> [turn 0, turn 1, ...] (a contiguous prefix).
+    partial: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
 
 class RunStore:
@@ -84,6 +86,7 @@ class RunStore:
         self._journal: JournalWriter | None = None
         self._parts: dict[str, PartWriter] = {}
         self._retry_parts: dict[Path, np.ndarray] = {}  # retry_rejects: old rejects parts and their hashes
+        self._open_turns: dict[str, list[bytes]] = {}  # journal lines of conversations not finished yet
         self._failed: OutputError | None = None
         self._closed = False
 
@@ -107,6 +110,7 @@ class RunStore:
     def _resume(self, retry_rejects: bool, move_foreign: bool) -> ResumeState:
         index = CommittedIndex(self.run_dir)
         index.refresh()
+        turns = read_turns(list_journals(self.run_dir / JOURNAL))  # before recovery deletes the journals
         moved: list[dict[str, str]] = []
         if index.damaged:
             moved = set_aside(self.run_dir, list(index.damaged.values()), move_foreign=move_foreign)
@@ -126,13 +130,31 @@ class RunStore:
         # Journals before committed parts: a row moving from one to the other meanwhile is seen at least once.
         live = id_hashes(e.row["id"] for j in list_journals(self.run_dir / JOURNAL) for e in read_journal(j.path))
         index.refresh()
-        state = dataclasses.replace(self._resume_state(index, live, retry_rejects, recovered), set_aside=moved)
+        state = self._resume_state(index, live, retry_rejects, recovered)
+        partial = self._partial(turns, state.done)
+        state = dataclasses.replace(state, set_aside=moved, partial=partial)
         if retry_rejects:
             self._retry_parts = {p.path: p.hashes for p in index.parts.values() if p.kind == REJECTS}
         seq = self._next_seq()
         self._journal = JournalWriter(self.run_dir / JOURNAL, self.worker_index, seq)
+        self._open_turns = {i: [turn_line(i, k, t) for k, t in enumerate(ts)] for i, ts in partial.items()}
+        self._journal.append([line for lines in self._open_turns.values() for line in lines])
         self._new_parts(seq)
         return state
+
+    def _partial(self, turns: dict[str, dict[int, dict[str, Any]]], done: DoneSet) -> dict[str, list[dict[str, Any]]]:
+        """The journaled turns this worker will resume: its own ids, not finished, from turn 0 without a gap."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for prompt_id, by_k in turns.items():
+            h = id_hash(prompt_id)
+            if h in done or not owns(h, self.worker_index, self.num_workers):
+                continue
+            prefix: list[dict[str, Any]] = []
+            while len(prefix) in by_k:
+                prefix.append(by_k[len(prefix)])
+            if prefix:
+                out[prompt_id] = prefix
+        return out
 
     def _recover_worker(self, worker: int, committed: dict[str, DoneSet]) -> int:
         """Recover every journal and temp file of `worker`, whose lock the caller holds."""
@@ -197,10 +219,20 @@ class RunStore:
     def add_rejected(self, row: dict[str, Any]) -> None:
         self._add(REJECTED, row)
 
+    def add_turn(self, prompt_id: str, k: int, turn: dict[str, Any]) -> None:
+        """Journal turn `k` of a conversation whose row is not finished: a crash keeps it (within ~1 s like rows),
+        and the next open() hands it back in `ResumeState.partial`."""
+        self._check_usable()
+        line = turn_line(prompt_id, k, turn)
+        with self._buffer_lock:
+            self._open_turns.setdefault(prompt_id, []).append(line)
+            self._buffer.append((TURN, turn, line))
+
     def _add(self, kind: str, row: dict[str, Any]) -> None:
         self._check_usable()
         line = encode(kind, row)
         with self._buffer_lock:
+            self._open_turns.pop(row["id"], None)
             self._buffer.append((kind, row, line))
 
     @property
@@ -237,6 +269,8 @@ class RunStore:
             end = self._chunk_end(batch, start)
             self._journal.append([line for _, _, line in batch[start:end]])
             for kind, row, _ in batch[start:end]:
+                if kind == TURN:
+                    continue
                 part = self._parts[SHARDS if kind == ACCEPTED else REJECTS]
                 part.add(row)
                 part.write_full_groups()
@@ -248,6 +282,8 @@ class RunStore:
         """End of the rows that fit in the current parts: a journal seq never spans two parts."""
         room = {kind: self.shard_rows - part.rows for kind, part in self._parts.items()}
         for i in range(start, len(batch)):
+            if batch[i][0] == TURN:
+                continue
             kind = SHARDS if batch[i][0] == ACCEPTED else REJECTS
             room[kind] -= 1
             if room[kind] == 0:
@@ -263,7 +299,9 @@ class RunStore:
                 with output_errors(self.run_dir / kind, "sync the directory"):
                     fsync_dir(self.run_dir / kind)
                 committed += part.ids
-        self._journal.rotate()
+        with self._buffer_lock:
+            carry = [line for lines in self._open_turns.values() for line in lines]
+        self._journal.rotate(carry)
         self._new_parts(self._journal.seq)
         if self._retry_parts and committed:
             self._leave_rejects(id_hashes(committed))
