@@ -30,7 +30,7 @@ class InputConfig:
     path: str = "data/sample_prompts.jsonl"
     format: str = "auto"  # auto | jsonl | parquet | datasets | openai-batch
     id_field: str = "id"
-    messages_field: str = "messages"
+    messages_field: str = "auto"  # "auto": `messages` or `conversations`, per row; or name the field
     prompt_field: str = "prompt"
     system_prompt: str = ""
     keep_fields: tuple[str, ...] = ()
@@ -62,6 +62,10 @@ class GenerationConfig:
     max_tokens: int = 32768
     seed: int = 0
     separate_reasoning: bool = True
+    turns: str = "all"  # "all": regenerate every assistant turn in order; "last": only the one after the last user turn
+    history_reasoning: bool = False  # send earlier turns' reasoning back as reasoning_content
+    samples: int = 1  # regenerations per input row; > 1 gives ids "<id>#<k>" and a source_id column
+    temperatures: tuple[float, ...] = ()  # one temperature per sample (length = samples), or empty
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,7 @@ def config_from_dict(data: dict[str, Any], where: str = "<config>") -> Config:
 _RESERVED_COLUMNS = {
     "id", "messages", "reasoning", "answer", "finish_reason", "prompt_tokens", "completion_tokens",
     "reasoning_tokens", "model", "endpoint", "attempts", "latency_s", "seed", "created_at",
-    "spec_accept_length", "reason", "detail",
+    "spec_accept_length", "reason", "detail", "turns", "source_id",
 }  # fmt: skip
 
 
@@ -234,6 +238,8 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("generation.top_k", lambda v: v == -1 or v >= 1, "-1 (off) or at least 1"),
     ("generation.min_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
     ("generation.max_tokens", _at_least(1), "at least 1"),
+    ("generation.turns", lambda v: v in ("all", "last"), "'all' or 'last'"),
+    ("generation.samples", _at_least(1), "at least 1"),
     ("client.max_attempts", _at_least(1), "at least 1"),
     ("client.max_endpoint_failures", _at_least(1), "at least 1"),
     ("client.request_timeout_s", _positive, "positive"),
@@ -267,6 +273,12 @@ def _check_values(cfg: Config, where: str) -> None:
             raise ConfigError(f"{where}: endpoints[{i}].concurrency must be 0 (automatic) or more")
         if ep.requests_per_second < 0:
             raise ConfigError(f"{where}: endpoints[{i}].requests_per_second must be 0 (unlimited) or more")
+    temps = cfg.generation.temperatures
+    if temps and (len(temps) != cfg.generation.samples or min(temps) < 0):
+        raise ConfigError(
+            f"{where}: generation.temperatures must hold generation.samples ({cfg.generation.samples}) values, "
+            f"each 0 or more, got {list(temps)!r}"
+        )
     clash = sorted(set(cfg.input.keep_fields) & _RESERVED_COLUMNS)
     if clash:
         raise ConfigError(f"{where}: input.keep_fields {clash[0]!r} is an output column name; rename it in the data")

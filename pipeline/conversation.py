@@ -76,6 +76,8 @@ def _message(message: Any, where: str) -> Message:
             raise ConversationError(f"{where}.role must be one of {', '.join(sorted(ROLES))}, got {short(role)}")
     if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
         raise ConversationError(f"{where} calls a tool; tool conversations are not supported yet")
+    if content is None and role != "assistant":
+        raise ConversationError(f"{where} has no {key}")
     text = _text(content, f"{where}.{key}", required=role != "assistant")
     return {"role": role, "content": text}
 

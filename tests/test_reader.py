@@ -51,7 +51,7 @@ def test_jsonl_mixes_messages_and_prompt_rows(tmp_path: Path) -> None:
     chat.append({"role": "user", "content": "how are you?"})
     path = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "messages": chat}, {"id": 7, "prompt": "hello"}])
     a, b = read_all(path)
-    assert a == Prompt("a", tuple(chat), f"{path}:1", {})
+    assert a == Prompt("a", tuple(chat), f"{path}:1", {}, turns=(1, 3))  # both assistant turns are generated
     assert b == Prompt("7", HELLO, f"{path}:2", {})
 
 
@@ -286,7 +286,7 @@ def test_custom_field_names(tmp_path: Path) -> None:
         pytest.param({"id": "e", "prompt": ""}, "e", "prompt is empty", id="empty-prompt"),
         pytest.param({"id": "w", "prompt": "  \n"}, "w", "prompt is empty", id="blank-prompt"),
         pytest.param({"id": "n", "prompt": 42}, "n", "prompt must be a string, got int 42", id="number-prompt"),
-        pytest.param({"id": "m"}, "m", "no 'messages' or 'prompt' field", id="no-prompt"),
+        pytest.param({"id": "m"}, "m", "no 'messages' or 'conversations' or 'prompt' field", id="no-prompt"),
         pytest.param({"id": "l", "messages": []}, "l", "messages is empty", id="empty-messages"),
         pytest.param({"id": "s", "messages": "hi"}, "s", "messages must be a list", id="messages-string"),
         pytest.param({"id": "c", "messages": [{"role": "user"}]}, "c", "messages[0] has no content", id="no-content"),
@@ -294,7 +294,7 @@ def test_custom_field_names(tmp_path: Path) -> None:
         pytest.param(
             {"id": "t", "messages": [{"role": "user", "content": ["x"]}]},
             "t",
-            "messages[0].content must be a string, got array",
+            "messages[0].content[0] is a 'string' part; only text parts",  # text parts are joined (conversation.py)
             id="content-list",
         ),
         pytest.param(

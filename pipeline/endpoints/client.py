@@ -138,6 +138,8 @@ class EndpointClient:
             if "max_completion_tokens" in overrides:
                 body["max_tokens"] = overrides["max_completion_tokens"]
             seed_base = overrides.get("seed", seed_base)
+        if "_sample_temperature" in prompt.extra:  # generation.temperatures: always this sample's own
+            body["temperature"] = prompt.extra["_sample_temperature"]
         body["seed"] = request_seed(seed_base, prompt.id, attempt)  # a retry gets a new seed, overridden or not
         body["rid"] = rid
         if self.cfg.stream:

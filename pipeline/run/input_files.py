@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import glob
 import gzip
+import json
 import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 import pyarrow as pa
@@ -23,8 +24,14 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 
-_SUFFIXES = {"jsonl": (".jsonl", ".jsonl.gz", ".ndjson"), "parquet": (".parquet",), "arrow": (".arrow",)}
+_SUFFIXES = {
+    "jsonl": (".jsonl", ".jsonl.gz", ".ndjson"),
+    "json": (".json",),  # one JSON array of rows (FastChat, LLaMA-Factory), streamed
+    "parquet": (".parquet",),
+    "arrow": (".arrow",),
+}
 _KIND_BY_FORMAT = {"jsonl": "jsonl", "openai-batch": "jsonl", "parquet": "parquet", "datasets": "arrow"}
+_JSON_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +98,8 @@ def _folder(path: Path, fmt: str) -> dict[Path, str]:
     kinds = {}
     for child in sorted(path.iterdir()):
         if child.is_file() and not child.name.startswith((".", "_")) and (kind := _kind(child, fmt, named=False)):
-            kinds[child] = kind
+            if kind != "json" or _is_json_array(child):  # a folder's dataset_info.json is not data
+                kinds[child] = kind
     return kinds
 
 
@@ -124,6 +132,61 @@ def jsonl_rows(path: Path, size: int) -> Iterator[list[Row]]:
                 yield rows
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
+
+
+def _is_json_array(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+
+
+def json_array_rows(path: Path, size: int) -> Iterator[list[Row]]:
+    """The elements of a file holding one JSON array, `size` at a time, read in 1 MB chunks (a multi-GB array is
+    never in memory whole). Row numbers are 0-based element indices. A syntax error ends the file with an
+    InputError naming the element, since an array cannot be resynchronised after it."""
+    try:
+        with path.open(encoding="utf-8-sig") as fh:
+            yield from _array_chunks(path, fh, size)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+
+
+def _array_chunks(path: Path, fh: IO[str], size: int) -> Iterator[list[Row]]:
+    decoder = json.JSONDecoder()
+    text = fh.read(_JSON_CHUNK).lstrip()
+    if not text.startswith("["):
+        raise InputError(f"{path}: a .json input must hold one JSON array of rows")
+    pos, index, rows = 1, 0, []
+    while True:
+        pos = _skip(text, pos, ",")
+        if pos < len(text) and text[pos] == "]":
+            break
+        error: json.JSONDecodeError | None = None
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            error, end = exc, len(text)
+        if end >= len(text):  # incomplete, or a value that ends the buffer and may go on in the next chunk
+            more = fh.read(_JSON_CHUNK)
+            if more:
+                text, pos = text[pos:] + more, 0
+                continue
+            if pos >= len(text):
+                raise InputError(f"{path}: the JSON array ends without ']' after element {index - 1}")
+            if error is not None:
+                raise InputError(f"{path}: invalid JSON in element {index}: {error.msg}")
+        rows.append((index, value))
+        index, pos = index + 1, end
+        if len(rows) == size:
+            yield rows
+            rows = []
+    if rows:
+        yield rows
+
+
+def _skip(text: str, pos: int, also: str = "") -> int:
+    while pos < len(text) and (text[pos].isspace() or text[pos] in also):
+        pos += 1
+    return pos
 
 
 def _parse_line(line: bytes) -> Any:

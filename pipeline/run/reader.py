@@ -25,6 +25,7 @@ repeat, so its memory grows with the number of duplicates, not with the dataset.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Iterator, Sequence
@@ -34,18 +35,19 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..config import InputConfig
+from .. import conversation
+from ..config import GenerationConfig, InputConfig
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
-from .input_files import Broken, Row, arrow_rows, jsonl_rows, labels, parquet_rows, resolve
+from .input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "jsonl", "parquet", "datasets", "openai-batch")
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 BATCH_URL = "/v1/chat/completions"
 REQUEST_OVERRIDES = "_request_overrides"  # Prompt.extra key holding an OpenAI batch body's sampling fields
+SAMPLE_TEMPERATURE = "_sample_temperature"  # Prompt.extra key: this sample's temperature (generation.temperatures)
 # Sampling fields of an OpenAI batch body, and whether each must be an integer (else any number).
 SAMPLING_FIELDS = {
     "temperature": False,
@@ -62,6 +64,11 @@ class _Problem(Exception):
     """Why a parsed row cannot become a Prompt; caught in `_normalise`, never escapes the reader."""
 
 
+def sample_id(input_id: str, k: int) -> str:
+    """The id of sample k of an input row when generation.samples > 1."""
+    return f"{input_id}#{k}"
+
+
 def content_id(messages: Sequence[dict[str, str]]) -> str:
     """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
     blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
@@ -71,12 +78,15 @@ def content_id(messages: Sequence[dict[str, str]]) -> str:
 class PromptReader:
     """Reads `[input]` as batches of `Prompt | BadInput`, streamed, `cfg.batch_rows` at a time."""
 
-    def __init__(self, cfg: InputConfig, *, path_override: str | None = None):
+    def __init__(
+        self, cfg: InputConfig, *, path_override: str | None = None, generation: GenerationConfig | None = None
+    ):
         if cfg.format not in FORMATS:
             raise ConfigError(f"input.format {cfg.format!r} is not one of {', '.join(FORMATS)}")
         if cfg.batch_rows < 1:
             raise ConfigError(f"input.batch_rows must be at least 1, got {cfg.batch_rows}")
         self._cfg = cfg
+        self._gen = generation or GenerationConfig()
         self._pattern = path_override if path_override is not None else cfg.path
         self._openai = cfg.format == "openai-batch"
         self._kinds: dict[Path, str] | None = None
@@ -110,8 +120,8 @@ class PromptReader:
                     if item.id in seen:
                         continue
                     seen.add(item.id)
-                batch.append(item)
-                if len(batch) == self._cfg.batch_rows:
+                batch += self._samples(item)
+                if len(batch) >= self._cfg.batch_rows:
                     yield batch
                     batch = []
         if batch:
@@ -122,8 +132,9 @@ class PromptReader:
 
         Parquet files whose id column has no nulls (by the footer statistics) are read for that column only.
         """
+        n = self._gen.samples
         for _, rows in self._scan():
-            yield [item_id for _, item_id in rows]
+            yield [item_id for _, item_id in rows] if n == 1 else [sample_id(i, k) for _, i in rows for k in range(n)]
 
     def check_duplicates(self) -> int:
         """Find repeated ids in a streamed pass; returns how many items iter_batches will yield.
@@ -173,7 +184,8 @@ class PromptReader:
 
     def _columns(self, *, with_keep: bool) -> list[str]:
         cfg = self._cfg
-        cols = [cfg.id_field, cfg.messages_field, cfg.prompt_field, *(cfg.keep_fields if with_keep else ())]
+        conv = conversation.CONVERSATION_FIELDS if cfg.messages_field == "auto" else (cfg.messages_field,)
+        cols = [cfg.id_field, *conv, cfg.prompt_field, *(cfg.keep_fields if with_keep else ())]
         return list(dict.fromkeys(cols))
 
     def _chunks(self, columns: list[str], ids_only: str | None) -> Iterator[tuple[Path, list[Row]]]:
@@ -183,6 +195,8 @@ class PromptReader:
         for path, kind in self._kinds.items():
             if kind == "jsonl":
                 chunks = jsonl_rows(path, size)
+            elif kind == "json":
+                chunks = json_array_rows(path, size)
             elif kind == "parquet":
                 chunks = parquet_rows(path, columns, size, ids_only)
             else:
@@ -224,12 +238,36 @@ class PromptReader:
         try:
             given = self._given_id(data, self._json(path))
             messages, overrides = self._openai_request(data) if self._openai else (self._messages(data), None)
+            turns = () if self._openai else self._turns(messages)
         except _Problem as problem:
             return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
         extra = self._keep(data)
         if overrides is not None:
             extra[REQUEST_OVERRIDES] = overrides
-        return Prompt(given or content_id(messages), messages, source, extra)
+        return Prompt(given or content_id(messages), messages, source, extra, turns)
+
+    def _turns(self, messages: tuple[dict[str, str], ...]) -> tuple[int, ...]:
+        """Where the generated turns go; () for the common case of one new turn after the last message."""
+        try:
+            positions = conversation.turn_positions(messages, self._gen.turns)
+        except conversation.ConversationError as exc:
+            raise _Problem(str(exc)) from None
+        return () if positions == (len(messages),) else positions
+
+    def _samples(self, item: Prompt | BadInput) -> list[Prompt | BadInput]:
+        """`generation.samples` items for one input row: ids `<id>#<k>`, each its own temperature if a list says."""
+        n = self._gen.samples
+        if n == 1:
+            return [item]
+        if isinstance(item, BadInput):
+            return [dataclasses.replace(item, id=sample_id(item.id, k)) for k in range(n)]
+        out: list[Prompt | BadInput] = []
+        for k in range(n):
+            extra = dict(item.extra)
+            if self._gen.temperatures:
+                extra[SAMPLE_TEMPERATURE] = self._gen.temperatures[k]
+            out.append(dataclasses.replace(item, id=sample_id(item.id, k), source_id=item.id, extra=extra))
+        return out
 
     def _json(self, path: Path) -> bool:
         """Whether rows of `path` are JSON objects, where a null field is written on purpose (not a column gap)."""
@@ -253,11 +291,16 @@ class PromptReader:
 
     def _messages(self, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
         mf, pf = self._cfg.messages_field, self._cfg.prompt_field
-        if data.get(mf) is not None:
-            return self._with_system(_check_messages(data[mf], mf))
+        found = conversation.find_conversation(data, mf)
+        if found is not None:
+            try:
+                return self._with_system(conversation.parse(found[1], found[0]))
+            except conversation.ConversationError as exc:
+                raise _Problem(str(exc)) from None
         prompt = data.get(pf)
         if prompt is None:
-            raise _Problem(f"no {mf!r} or {pf!r} field")
+            names = " or ".join(repr(n) for n in (*conversation.CONVERSATION_FIELDS, pf)) if mf == "auto" else None
+            raise _Problem(f"no {names or f'{mf!r} or {pf!r}'} field")
         if not isinstance(prompt, str):
             raise _Problem(f"{pf} must be a string, got {_tname(prompt)} {_short(prompt)}")
         if not prompt.strip():
@@ -274,7 +317,10 @@ class PromptReader:
             raise _Problem(f"body must be an object, got {_tname(body)}")
         if body.get("messages") is None:
             raise _Problem("body has no messages")
-        messages = self._with_system(_check_messages(body["messages"], "body.messages"))
+        try:
+            messages = self._with_system(conversation.parse(body["messages"], "body.messages"))
+        except conversation.ConversationError as exc:
+            raise _Problem(str(exc)) from None
         return messages, _sampling(body)
 
     def _with_system(self, messages: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
@@ -298,29 +344,6 @@ class PromptReader:
 
 
 # ---------------------------------------------------------------- row checks
-
-
-def _check_messages(value: Any, name: str) -> tuple[dict[str, str], ...]:
-    if not isinstance(value, list):
-        raise _Problem(f"{name} must be a list of {{role, content}} objects, got {_tname(value)}")
-    if not value:
-        raise _Problem(f"{name} is empty")
-    out = []
-    for i, message in enumerate(value):
-        where = f"{name}[{i}]"
-        if not isinstance(message, dict):
-            raise _Problem(f"{where} must be an object with role and content, got {_tname(message)}")
-        role, content = message.get("role"), message.get("content")
-        if role is None or content is None:
-            raise _Problem(f"{where} has no {'role' if role is None else 'content'}")
-        if not isinstance(role, str) or role not in ROLES:
-            raise _Problem(f"{where}.role must be one of {', '.join(sorted(ROLES))}, got {_short(role)}")
-        if not isinstance(content, str):
-            raise _Problem(f"{where}.content must be a string, got {_tname(content)}")
-        if not content.strip():
-            raise _Problem(f"{where}.content is empty")
-        out.append({"role": role, "content": content})
-    return tuple(out)
 
 
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:

@@ -82,7 +82,11 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Keys whose value differs. A key the old run did not know (added in a later regen) counts as its default,
+    so a new setting left at its default never blocks a resume."""
     a, b = _flatten(old), _flatten(new)
+    defaults = _flatten(Config().generation_fingerprint())
+    a.update({k: defaults[k] for k in b.keys() - a.keys() if k in defaults})
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
