@@ -4,8 +4,10 @@ A hung server (a frozen process, a wedged scheduler) still accepts connections, 
 while generations legitimately take many minutes. The monitor probes `/health` of every live endpoint on an
 interval; after `health_failures` consecutive failed probes the endpoint is marked down and its in-flight
 requests are cancelled, so their prompts go to other endpoints without using up their attempts. A down endpoint
-is probed with backoff and, when it answers again, re-checked against the configuration it had at preflight: an
-endpoint that restarted with different server args is retired for the rest of the run.
+is probed with backoff, but never less often than every `down_probe_s` (at most 2 s; a refused `/health` costs
+nothing), so one that answers again is back in the pool within seconds, however long it was away. When it
+answers, it is re-checked against the configuration it had at preflight (an endpoint that restarted with
+different server args is retired for the rest of the run), then half-opened by the pool and ramped up.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class HealthMonitor:
         recheck_interval_s: float = 60.0,
         on_event: Callable[[str], None] = lambda message: None,
         clock: Callable[[], float] = time.monotonic,
+        down_probe_s: float | None = None,
     ):
         self.pool = pool
         self.interval_s = interval_s
@@ -39,6 +42,7 @@ class HealthMonitor:
         self.failures = failures
         self.verify = verify
         self.recheck_interval_s = recheck_interval_s
+        self.down_probe_s = min(2.0, interval_s) if down_probe_s is None else down_probe_s
         self._verified: dict[str, float] = {}
         self.on_event = on_event
         self.clock = clock
@@ -46,11 +50,21 @@ class HealthMonitor:
         self._missed: dict[str, int] = {}
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(min(0.5, self.interval_s))
-            due = [ep for ep in self.pool.endpoints if self._due(ep)]
-            if due:
-                await asyncio.gather(*(self.check(ep) for ep in due))
+        """Probe every endpoint when it is due, each on its own: a frozen server's slow probe delays no other."""
+        probing: set[str] = set()
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                await asyncio.sleep(min(0.5, self.interval_s))
+                for ep in self.pool.endpoints:
+                    if ep.url not in probing and self._due(ep):
+                        probing.add(ep.url)
+                        tg.create_task(self._probe(ep, probing))
+
+    async def _probe(self, ep: EndpointState, probing: set[str]) -> None:
+        try:
+            await self.check(ep)
+        finally:
+            probing.discard(ep.url)
 
     def _due(self, ep: EndpointState) -> bool:
         if ep.state in (RETIRED, DRAINING):
@@ -67,7 +81,7 @@ class HealthMonitor:
         except RegenError as exc:
             self._failed(ep, f"/health failed: {exc}", was_down)
             return
-        self._missed[ep.url] = 0
+        self._missed[ep.url] = ep.probe_failures = 0
         due = self.clock() - self._verified.get(ep.url, self.clock()) >= self.recheck_interval_s
         if was_down or due:
             self._verified[ep.url] = self.clock()
@@ -80,9 +94,10 @@ class HealthMonitor:
 
     def _failed(self, ep: EndpointState, why: str, was_down: bool) -> None:
         if was_down:
-            self.pool.mark_down(ep, why)
+            self.pool.probe_failed(ep, why, max_wait_s=self.down_probe_s)
             return
         self._missed[ep.url] = missed = self._missed.get(ep.url, 0) + 1
+        self.pool.probe_missed(ep, why, missed)
         if missed >= self.failures:
             self._missed[ep.url] = 0
             n = self.pool.kill(ep, f"{missed} health probes failed ({why})")
@@ -96,7 +111,7 @@ class HealthMonitor:
         if why is None:
             return True
         if why == "still unreachable":
-            self.pool.mark_down(ep, why)
+            self.pool.probe_failed(ep, why, max_wait_s=self.down_probe_s)
             return False
         n = self.pool.kill(ep, why)  # its in-flight requests (if any) move to other endpoints
         self.pool.retire(ep, why)

@@ -1,14 +1,24 @@
 """The endpoint pool: health state, circuit breaker, least-loaded choice, concurrency and rate limits.
 
-Each endpoint is healthy, degraded (recent failures, still used) or down (circuit open: no requests until a
-`/health` probe passes). A worker asks the pool for an endpoint; the pool picks the one with the fewest
-outstanding requests relative to its capacity and waits while every endpoint is full or down.
+Each endpoint is healthy, degraded (recent failures, still used), down (circuit open: no requests until a
+`/health` probe passes), draining (listed no more; in-flight requests finish) or retired (never again). A worker
+asks the pool for a slot; the pool hands freed slots to waiting workers in order, retries before new prompts,
+picking the endpoint with the fewest outstanding requests relative to its capacity.
+
+Two waits are kept apart. Waiting for a free slot while endpoints are usable is the normal state of a saturated
+pool and is never an error. Only time during which no endpoint is usable at all (every one down, draining or
+retired) counts against `no_endpoint_timeout_s`.
+
+An endpoint whose probe passes comes back half-open with a few slots (`ramp`) that grow by one per success, so a
+server that answers `/health` but fails requests costs a few requests per probe, and a restarted one is full again
+within a couple of request durations.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +29,9 @@ from ..errors import EndpointError, RequestError
 from .client import EndpointClient
 
 HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED = "healthy", "degraded", "down", "draining", "retired"
+LIVE = (HEALTHY, DEGRADED)
+RAMP_START = 4  # a half-open endpoint starts with capacity / RAMP_START slots (at least one)
+POLL_S = 1.0  # how often a waiting worker re-checks the pool (state changes also wake it at once)
 
 
 @dataclass
@@ -35,6 +48,11 @@ class EndpointState:
     cooldown_s: float = 1.0
     latencies: list[float] = field(default_factory=list)
     last_error: str = ""
+    last_error_at: float | None = None  # pool clock
+    last_ok_at: float | None = None  # pool clock: the last successful response
+    state_since: float | None = None  # pool clock: when `state` last changed
+    probe_failures: int = 0  # consecutive failed /health probes while live (a frozen server)
+    ramp: int = 0  # 0: full capacity; else the slots a half-open endpoint may use now
     throttler: Throttler | None = None
     api_key_env: str = ""
     auto_capacity: bool = False  # concurrency 0: sized from the server's advertised capacity
@@ -53,8 +71,13 @@ class EndpointState:
         return self.client.url
 
     @property
+    def limit(self) -> int:
+        """Slots it may use now: its capacity, or fewer while it ramps back up."""
+        return min(self.capacity, self.ramp) if self.ramp else self.capacity
+
+    @property
     def usable(self) -> bool:
-        return self.state in (HEALTHY, DEGRADED) and self.inflight < self.capacity
+        return self.state in LIVE and self.inflight < self.limit
 
 
 class Pool:
@@ -74,8 +97,14 @@ class Pool:
         self.max_cooldown_s = max_cooldown_s
         self.no_endpoint_timeout_s = no_endpoint_timeout_s
         self.clock = clock
-        self._changed = asyncio.Condition()
+        self._retries: deque[asyncio.Future[EndpointState]] = deque()  # served first
+        self._new: deque[asyncio.Future[EndpointState]] = deque()
+        self._unusable_since: float | None = None
+        for ep in endpoints:
+            ep.state_since = self.clock()
+        self._note_liveness()
 
+    # -- slots ---------------------------------------------------------------------------------------------------
     def _pick(self) -> EndpointState | None:
         best: EndpointState | None = None
         for ep in self.endpoints:
@@ -83,24 +112,74 @@ class Pool:
                 best = ep
         return best
 
-    async def acquire(self) -> EndpointState:
-        """Wait for an endpoint with a free slot; raise EndpointError when none is usable for too long."""
-        deadline = self.clock() + self.no_endpoint_timeout_s
-        async with self._changed:
-            while (ep := self._pick()) is None:
-                remaining = deadline - self.clock()
-                if remaining <= 0:
-                    raise EndpointError(f"no usable endpoint for {self.no_endpoint_timeout_s:.0f}s: {self.describe()}")
-                try:
-                    async with asyncio.timeout(min(remaining, 1.0)):
-                        await self._changed.wait()
-                except TimeoutError:
-                    pass
-            ep.inflight += 1
+    async def acquire(self, *, retry: bool = False) -> EndpointState:
+        """A slot on the least-loaded usable endpoint, waiting in line (retries ahead of new prompts).
+
+        Raises EndpointError only when no endpoint has been usable for `no_endpoint_timeout_s`.
+        """
+        ep = self._take_now(retry)
+        if ep is None:
+            ep = await self._wait(self._retries if retry else self._new)
         if ep.throttler is not None:
-            async with ep.throttler:
-                pass
+            try:
+                async with ep.throttler:
+                    pass
+            except asyncio.CancelledError:
+                await asyncio.shield(self.release(ep, unused=True))
+                raise
         return ep
+
+    def _take_now(self, retry: bool) -> EndpointState | None:
+        """A free slot, unless someone who must go first is already waiting."""
+        if self._retries or (not retry and self._new):
+            return None
+        ep = self._pick()
+        if ep is not None:
+            ep.inflight += 1
+        return ep
+
+    async def _wait(self, line: deque[asyncio.Future[EndpointState]]) -> EndpointState:
+        fut: asyncio.Future[EndpointState] = asyncio.get_running_loop().create_future()
+        line.append(fut)
+        try:
+            while True:
+                done, _ = await asyncio.wait({fut}, timeout=self._poll_s())
+                if done:
+                    return fut.result()
+                if self.unusable_for() >= self.no_endpoint_timeout_s:
+                    raise EndpointError(f"no usable endpoint for {self.no_endpoint_timeout_s:.0f}s: {self.describe()}")
+                self._wake()  # capacity may have grown without a notify
+        except BaseException:
+            if fut.done() and not fut.cancelled():  # handed a slot as we were leaving: give it back
+                fut.result().inflight -= 1
+                self._wake()
+            fut.cancel()
+            if fut in line:
+                line.remove(fut)
+            raise
+
+    def _poll_s(self) -> float:
+        if self._unusable_since is None:
+            return POLL_S
+        return max(0.001, min(POLL_S, self.no_endpoint_timeout_s - self.unusable_for()))
+
+    def _wake(self) -> None:
+        """Hand free slots to waiting workers: retries first, then new prompts, each line in order."""
+        self._note_liveness()
+        for line in (self._retries, self._new):
+            while line:
+                if line[0].done():  # its worker left (cancelled)
+                    line.popleft()
+                    continue
+                ep = self._pick()
+                if ep is None:
+                    return
+                ep.inflight += 1
+                line.popleft().set_result(ep)
+
+    async def notify(self) -> None:
+        """Something changed (capacity, state): give waiting workers the slots that may now be free."""
+        self._wake()
 
     async def release(
         self,
@@ -115,43 +194,93 @@ class Pool:
         if unused:
             pass
         elif error is None:
-            ep.ok += 1
-            ep.consecutive_failures = 0
-            ep.cooldown_s = 1.0
-            if ep.state == DEGRADED:
-                ep.state = HEALTHY
-            if latency is not None:
-                ep.latencies.append(latency)
-                if len(ep.latencies) > 512:
-                    del ep.latencies[:256]
+            self._succeeded(ep, latency)
         else:
-            ep.errors += 1
-            ep.consecutive_failures += 1
-            ep.last_error = str(error)
-            if ep.state in (HEALTHY, DEGRADED):
-                ep.state = DEGRADED
-                if ep.consecutive_failures >= self.failure_threshold:
-                    self.mark_down(ep, str(error))
-        await self.notify()
+            self._failed(ep, str(error))
+        self._wake()
+
+    def _succeeded(self, ep: EndpointState, latency: float | None) -> None:
+        ep.ok += 1
+        ep.consecutive_failures = 0
+        ep.cooldown_s = 1.0
+        ep.last_ok_at = self.clock()
+        if ep.state == DEGRADED:
+            self._set(ep, HEALTHY)
+        if ep.ramp:
+            ep.ramp = 0 if ep.ramp + 1 >= ep.capacity else ep.ramp + 1
+        if latency is not None:
+            ep.latencies.append(latency)
+            if len(ep.latencies) > 512:
+                del ep.latencies[:256]
+
+    def _failed(self, ep: EndpointState, why: str) -> None:
+        ep.errors += 1
+        ep.consecutive_failures += 1
+        self._error(ep, why)
+        if ep.state in LIVE:
+            self._set(ep, DEGRADED)
+            if ep.consecutive_failures >= self.failure_threshold:
+                self.mark_down(ep, why)
+
+    # -- states --------------------------------------------------------------------------------------------------
+    def _set(self, ep: EndpointState, state: str) -> None:
+        if ep.state != state:
+            ep.state, ep.state_since = state, self.clock()
+        self._note_liveness()
+
+    def _error(self, ep: EndpointState, why: str) -> None:
+        ep.last_error, ep.last_error_at = why, self.clock()
+
+    def _note_liveness(self) -> None:
+        if any(ep.state in LIVE for ep in self.endpoints):
+            self._unusable_since = None
+        elif self._unusable_since is None:
+            self._unusable_since = self.clock()
+
+    def unusable_for(self) -> float:
+        """Seconds during which no endpoint has been usable (down, draining or retired); 0 while one is."""
+        self._note_liveness()
+        return 0.0 if self._unusable_since is None else self.clock() - self._unusable_since
 
     def mark_down(self, ep: EndpointState, why: str) -> None:
+        """Open the circuit: probe again after a cooldown that doubles each time it opens (up to the max).
+
+        An endpoint already down stays on its schedule: the requests it had in flight fail one by one when it
+        goes, and each of them must not push its next probe further away.
+        """
         if ep.state in (DRAINING, RETIRED):
             return
-        ep.state = DOWN
-        ep.last_error = why
+        self._error(ep, why)
+        if ep.state == DOWN:
+            return
+        self._set(ep, DOWN)
+        ep.ramp = 0
         ep.down_until = self.clock() + ep.cooldown_s
         ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
 
+    def probe_failed(self, ep: EndpointState, why: str, *, max_wait_s: float) -> None:
+        """A probe of a down endpoint failed: probe again after its cooldown, at most `max_wait_s` from now."""
+        if ep.state != DOWN:
+            return
+        self._error(ep, why)
+        ep.down_until = self.clock() + min(ep.cooldown_s, max_wait_s)
+        ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
+
+    def probe_missed(self, ep: EndpointState, why: str, in_a_row: int) -> None:
+        """A live endpoint failed `in_a_row` probes (not yet enough to declare it down): say so in reports."""
+        ep.probe_failures = in_a_row
+        self._error(ep, why)
+
     def mark_up(self, ep: EndpointState) -> None:
-        """A probe passed: half-open the circuit (degraded; one more failure closes it again)."""
+        """A probe passed: half-open the circuit (degraded; one more failure opens it again), then ramp up."""
         if ep.state == DOWN:
-            ep.state = DEGRADED
+            self._set(ep, DEGRADED)
             ep.consecutive_failures = self.failure_threshold - 1
             ep.down_until = 0.0
-
-    async def notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+            ep.probe_failures = 0
+            start = max(1, ep.capacity // RAMP_START)
+            ep.ramp = start if start < ep.capacity else 0
+            self._wake()
 
     def due_for_probe(self) -> list[EndpointState]:
         now = self.clock()
@@ -168,22 +297,44 @@ class Pool:
 
     def retire(self, ep: EndpointState, why: str) -> None:
         """Never use this endpoint again in this run (its configuration is not the one that was checked)."""
-        ep.state = RETIRED
-        ep.last_error = why
+        self._set(ep, RETIRED)
+        self._error(ep, why)
 
     def add(self, ep: EndpointState) -> None:
+        ep.state_since = self.clock()
         self.endpoints.append(ep)
+        self._wake()
 
     def drain(self, ep: EndpointState) -> None:
         """Take no new requests; in-flight ones finish."""
-        ep.state = DRAINING
+        self._set(ep, DRAINING)
 
     def undrain(self, ep: EndpointState) -> None:
         """A drained endpoint was listed again: probe it before use."""
-        ep.state, ep.down_until, ep.cooldown_s = DOWN, 0.0, 1.0
+        self._set(ep, DOWN)
+        ep.down_until, ep.cooldown_s = 0.0, 1.0
 
+    # -- reports -------------------------------------------------------------------------------------------------
     def describe(self) -> str:
-        return "; ".join(f"{ep.url} {ep.state} ({ep.last_error or 'ok'})" for ep in self.endpoints)
+        """Each endpoint's real state, load, and last success and error with their ages (for exit messages)."""
+        return "; ".join(self._describe(ep) for ep in self.endpoints)
+
+    def _describe(self, ep: EndpointState) -> str:
+        head = f"{ep.url} {ep.state}" + (f" for {self._age(ep.state_since)}" if ep.state_since is not None else "")
+        parts = []
+        if ep.state in LIVE and ep.probe_failures:
+            parts.append(f"not answering /health: {ep.probe_failures} probes failed in a row")
+        if ep.state == DOWN:
+            parts.append(f"next probe in {max(0.0, ep.down_until - self.clock()):.0f}s")
+        parts.append(f"{ep.inflight}/{ep.limit} in flight")
+        parts.append(f"last success {self._age(ep.last_ok_at)} ago" if ep.last_ok_at is not None else "no success yet")
+        if ep.last_error:
+            when = f" {self._age(ep.last_error_at)} ago" if ep.last_error_at is not None else ""
+            parts.append(f"last error{when}: {ep.last_error}")
+        return f"{head} ({', '.join(parts)})"
+
+    def _age(self, since: float | None) -> str:
+        return f"{max(0.0, self.clock() - since):.0f}s" if since is not None else "?"
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         out: dict[str, dict[str, object]] = {}
@@ -193,6 +344,7 @@ class Pool:
                 "state": ep.state,
                 "inflight": ep.inflight,
                 "capacity": ep.capacity,
+                "limit": ep.limit,
                 "capacity_source": ep.capacity_source,
                 "ok": ep.ok,
                 "errors": ep.errors,

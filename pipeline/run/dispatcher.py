@@ -69,7 +69,11 @@ class Dispatcher:
         """
         while True:
             ep = await self.pool.acquire()
-            prompt = await queue.get()
+            try:
+                prompt = await queue.get()
+            except asyncio.CancelledError:  # the drain stops the intake: the slot was never used
+                await asyncio.shield(self.pool.release(ep, unused=True))
+                raise
             if prompt is None:
                 await self.pool.release(ep, unused=True)
                 return
@@ -81,7 +85,8 @@ class Dispatcher:
         """Drive one prompt to its final place: exactly one add_accepted or add_rejected call."""
         t = _Tally()
         while t.attempts < self.cfg.client.max_attempts and t.endpoint_failures < self.cfg.client.max_endpoint_failures:
-            completion = await self._send(prompt, ep or await self.pool.acquire(), t)
+            retry = t.attempts + t.endpoint_failures > 0  # a retry takes the next free slot before new prompts
+            completion = await self._send(prompt, ep or await self.pool.acquire(retry=retry), t)
             ep = None
             if completion is None:
                 if t.final:
