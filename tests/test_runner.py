@@ -1,0 +1,134 @@
+"""The runner in-process: a real simulator on this event loop, a real RUN_DIR, real SIGINT/SIGTERM to this process.
+
+What is pinned is the drain: on a signal the intake stops, requests in flight finish (within
+`client.drain_timeout_s`) and are stored, the run raises Interrupted (exit 130), and a rerun of the same config
+finishes the rest without generating any prompt twice. When the requests outlast the drain timeout (here they last
+several times it), they are cancelled and their prompts stay pending: not rejected, not lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from pipeline.config import ClientConfig, Config, EndpointConfig, GenerationConfig, InputConfig, OutputConfig
+from pipeline.errors import Interrupted
+from pipeline.run.runner import Runner, RunOptions
+from pipeline.sim import SimConfig, serve
+from tests.conftest import committed_ids
+
+MODEL = "Qwen3.6-27B"
+PROMPTS = 16
+
+
+def write_prompts(path: Path, n: int = PROMPTS) -> list[str]:
+    ids = [f"p{i:03d}" for i in range(n)]
+    path.write_bytes(b"".join(orjson.dumps({"id": i, "prompt": f"Question {i}: explain it."}) + b"\n" for i in ids))
+    return ids
+
+
+def make_config(tmp_path: Path, url: str, *, drain_timeout_s: float) -> Config:
+    return Config(
+        input=InputConfig(path=str(tmp_path / "prompts.jsonl")),
+        output=OutputConfig(dir=str(tmp_path / "run"), shard_rows=100, sync_interval_s=0.1),
+        generation=GenerationConfig(model=MODEL, max_tokens=2048),
+        client=ClientConfig(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.05, drain_timeout_s=drain_timeout_s),
+        endpoints=(EndpointConfig(url=url, concurrency=4),),
+    )
+
+
+def timed_sim(decode_rate: float) -> SimConfig:
+    """Four decode slots; with 100-token answers at `decode_rate` tokens/s, requests last ~decode_rate/100 s."""
+    return SimConfig(
+        served_model_name=MODEL,
+        reasoning_parser="qwen3",
+        mean_output_tokens=100,
+        decode_tokens_per_s=decode_rate,
+        max_running_requests=4,
+    )
+
+
+async def sim_stats(url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=5) as http:
+        return (await http.get(f"{url}/_sim/stats")).json()
+
+
+async def signal_when(url: str, sig: signal.Signals, *, generations: int, in_flight: int) -> dict[str, Any]:
+    """Send `sig` to this process once the simulator has finished and is running enough; returns what it saw."""
+    for _ in range(1000):
+        stats = await sim_stats(url)
+        if stats["generations_total"] >= generations and stats["in_flight"] >= in_flight:
+            os.kill(os.getpid(), sig)
+            return stats
+        await asyncio.sleep(0.01)
+    raise AssertionError("the run never got that far")
+
+
+def stored(run_dir: Path) -> list[str]:
+    return committed_ids(run_dir, "shards") + committed_ids(run_dir, "rejects")
+
+
+def test_sigint_lets_requests_in_flight_finish_and_store_then_a_rerun_finishes_the_rest(tmp_path: Path) -> None:
+    ids = write_prompts(tmp_path / "prompts.jsonl")
+    run_dir = tmp_path / "run"
+
+    async def scenario() -> None:
+        async with serve(timed_sim(decode_rate=400)) as url:  # requests of ~0.3-1 s; the drain may take 5 s
+            cfg = make_config(tmp_path, url, drain_timeout_s=5.0)
+            first = Runner(cfg, RunOptions(), None)
+            watcher = asyncio.create_task(signal_when(url, signal.SIGINT, generations=4, in_flight=2))
+            with pytest.raises(Interrupted) as caught:
+                await first.main()
+            seen = await watcher
+            assert caught.value.exit_code == 130
+            after = await sim_stats(url)
+            done = stored(run_dir)
+            assert after["cancelled"] == 0  # nothing in flight was cut off
+            assert after["generations_total"] == len(done)  # every finished generation is in RUN_DIR
+            assert len(done) >= seen["generations_total"] + seen["in_flight"]  # those in flight finished
+            assert len(done) < len(ids)  # the intake stopped
+            assert committed_ids(run_dir, "rejects") == []
+
+            second = Runner(cfg, RunOptions(), None)
+            summary = await second.main()
+            assert summary.metrics["already_done"] == len(done) and summary.metrics["pending"] == 0
+            final = await sim_stats(url)
+            assert final["duplicate_generations"] == 0 and final["generations_total"] == len(ids)
+
+    asyncio.run(scenario())
+    both = Counter(stored(run_dir))
+    assert sorted(both) == ids and set(both.values()) == {1}
+
+
+def test_requests_that_outlast_the_drain_are_cancelled_and_stay_pending(tmp_path: Path) -> None:
+    ids = write_prompts(tmp_path / "prompts.jsonl")
+    run_dir = tmp_path / "run"
+
+    async def scenario() -> None:
+        async with serve(timed_sim(decode_rate=100)) as url:  # requests of ~1.5-4 s, the drain is 0.2 s
+            cfg = make_config(tmp_path, url, drain_timeout_s=0.2)
+            runner = Runner(cfg, RunOptions(), None)
+            watcher = asyncio.create_task(signal_when(url, signal.SIGTERM, generations=0, in_flight=4))
+            with pytest.raises(Interrupted):
+                await runner.main()
+            seen = await watcher
+            after = await sim_stats(url)
+            assert seen["generations_total"] == 0 and after["generations_total"] == 0
+            assert after["cancelled"] == 4  # the drain gave up on them and the server stopped decoding
+            assert stored(run_dir) == []  # cancelled prompts are pending: not rejected, not lost
+            assert runner.metrics.rejected == 0
+
+        async with serve(timed_sim(decode_rate=0)) as fast:  # instant: the rerun finishes at once
+            summary = await Runner(make_config(tmp_path, fast, drain_timeout_s=0.2), RunOptions(), None).main()
+            assert summary.metrics["already_done"] == 0 and summary.metrics["accepted"] == len(ids)
+
+    asyncio.run(scenario())
+    assert sorted(stored(run_dir)) == ids
