@@ -162,13 +162,29 @@ def test_from_argv_reads_the_stall_trickle_and_down_knobs() -> None:
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--help"], "unrecognized arguments: --help"),
         (["--port", "eighty"], "argument --port: invalid int value: 'eighty'"),
-        (["--speculative-algorithm", "MEDUSA"], "argument --speculative-algorithm: invalid choice: 'MEDUSA'"),
+        (
+            ["--sim-version", "0.5.10", "--speculative-algorithm", "MEDUSA"],
+            "argument --speculative-algorithm: invalid choice: 'MEDUSA'",
+        ),
+        (["--sim-version", "0.5.9", "--enable-hisparse"], "unrecognized arguments: --enable-hisparse"),
+        (["--cuda-graph-max-bs", "8"], "unrecognized arguments: --cuda-graph-max-bs"),
         (["--fail-stall", "1.5"], r"argument --fail-stall: probability must be in \[0, 1\], got 1.5"),
         (["--trickle-s", "-1"], "argument --trickle-s: seconds must be at least 0, got -1"),
         (["--fail-500", "0.6", "--fail-hang", "0.6"], "the --fail-\\* probabilities must sum to at most 1, got 1.2"),
         (["--max-running-requests"], "argument --max-running-requests: expected one argument"),
     ],
-    ids=["unknown", "help", "bad-int", "bad-choice", "probability", "negative-seconds", "fault-sum", "missing-value"],
+    ids=[
+        "unknown",
+        "help",
+        "bad-int",
+        "bad-choice-0.5.10",
+        "newer-flag-on-0.5.9",
+        "removed-flag-on-0.5.23",
+        "probability",
+        "negative-seconds",
+        "fault-sum",
+        "missing-value",
+    ],
 )
 def test_from_argv_raises_instead_of_exiting(argv: list[str], message: str) -> None:
     # preflight and `url = "sim"` endpoints call this in-process: a SystemExit would end the whole run

@@ -12,6 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .capacity import capacity
+
 VERSIONS = ("0.5.9", "0.5.10", "0.5.12", "0.5.14", "0.5.15", "0.5.19", "0.5.23")
 _REPORTED = {"0.5.10": "0.5.10.post1"}
 
@@ -27,7 +29,14 @@ _EXTRA_BUFFER_ARCHS = frozenset(
 )
 _HYBRID_ARCHS = _EXTRA_BUFFER_ARCHS | {"NemotronHForCausalLM", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM"}
 _EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "STANDALONE", "NEXTN"})
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")  # argparse choices before 0.5.12
+# From 0.5.12 the flag is free text, upper-cased and looked up at start (`speculative/spec_info.py::from_string`).
+_SPEC_BUILTINS = {
+    (0, 5, 12): frozenset({"DFLASH", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NEXTN"}),
+    (0, 5, 23): frozenset(
+        {"DFLASH", "DSPARK", "UNO", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NEXTN"}
+    ),
+}
 MAMBA_STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 
 
@@ -95,6 +104,24 @@ def check_flags(given: Mapping[str, Any], version: str) -> None:
             raise SimStartupError(f"argument {flag}: invalid choice: {value!r} (choose from {choices})", "argparse")
 
 
+def check_spec_algorithm(name: str | None, version: str) -> None:
+    """`--speculative-algorithm`: an argparse choice before 0.5.12; from 0.5.12 any text, refused at start when no
+    algorithm of that name exists."""
+    if name is None:
+        return
+    v = version_tuple(version)
+    if v < (0, 5, 12):
+        if name not in SPEC_ALGORITHMS:
+            choices = ", ".join(repr(c) for c in SPEC_ALGORITHMS)
+            raise SimStartupError(
+                f"argument --speculative-algorithm: invalid choice: {name!r} (choose from {choices})", "argparse"
+            )
+        return
+    builtins = _SPEC_BUILTINS[(0, 5, 23) if v >= (0, 5, 23) else (0, 5, 12)]
+    if name.upper() not in builtins:
+        raise SimStartupError(f"Unknown speculative algorithm name: {name}")
+
+
 def _env_flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None:
@@ -130,7 +157,8 @@ def resolve(args: Mapping[str, Any], version: str = "0.5.23", env: Mapping[str, 
         _speculative(out, arch, v, env)
     if v >= (0, 5, 14):
         out["mamba_radix_cache_strategy"] = strategy
-        out["uses_mamba_radix_cache"] = is_hybrid(arch) and not out["disable_radix_cache"]
+        if v >= (0, 5, 19):  # a ServerArgs field from 0.5.19 (0.5.14 computes it but does not store it)
+            out["uses_mamba_radix_cache"] = is_hybrid(arch) and not out["disable_radix_cache"]
         if env.get("SGLANG_ENABLE_SPEC_V2") is not None and v < (0, 5, 23):
             out.setdefault("_warnings", []).append(
                 "SGLANG_ENABLE_SPEC_V2 has been removed: speculative decoding always runs the V2 worker. "
@@ -262,16 +290,17 @@ def _spec_overlap(out: dict[str, Any], v: tuple[int, ...], env: Mapping[str, str
         raise SimStartupError("Spec v2 currently only supports topk = 1 for speculative decoding.")
 
 
-def effective_max_running(resolved: Mapping[str, Any], arch: str, default: int, max_mamba_cache_size: int) -> int:
-    """`internal_states[].effective_max_running_requests_per_dp`: the real concurrency cap."""
-    base = resolved.get("max_running_requests") or default
-    if not is_hybrid(arch):
-        return int(base)
-    strategy = resolved.get("mamba_radix_cache_strategy") or resolved.get("mamba_scheduler_strategy")
-    if resolved.get("disable_radix_cache"):
-        ratio = 1
-    elif strategy in ("extra_buffer", "extra_buffer_lazy"):
-        ratio = 3 + (1 if resolved.get("speculative_algorithm") else 2)
-    else:
-        ratio = 3
-    return int(min(base, max(1, max_mamba_cache_size // ratio)))
+def effective_max_running(
+    resolved: Mapping[str, Any], version: str, env: Mapping[str, str], *, memory_max_running: int, memory_mamba: int
+) -> int:
+    """`internal_states[].effective_max_running_requests_per_dp`: the real concurrency cap (`capacity.capacity`)."""
+    arch = str(resolved.get("architecture") or architecture_of(str(resolved.get("model_path") or "")))
+    cap = capacity(
+        resolved,
+        version,
+        hybrid=is_hybrid(arch),
+        memory_max_running=memory_max_running,
+        memory_mamba_cache=memory_mamba,
+        env=env,
+    )
+    return max(1, cap.requests or memory_max_running)

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .args import MAMBA_STRATEGIES, SPEC_ALGORITHMS, VERSIONS, SimStartupError, check_flags
+from .args import MAMBA_STRATEGIES, VERSIONS, SimStartupError, check_flags, check_spec_algorithm
+from .sglang_flags import Flag, all_flags, flags_of
 
 # Fields that are SGLang server_args (passed to `args.resolve`); the rest are simulator knobs.
 SERVER_ARG_FIELDS = (
@@ -33,8 +34,19 @@ SERVER_ARG_FIELDS = (
     "api_key",
     "enable_metrics",
     "tp_size",
+    "max_mamba_cache_size",
     "architecture",
 )
+# The SGLang flags the simulator models (typed fields above); every other flag of the release lands in `extra_args`.
+_MODELED = frozenset(
+    {
+        *(name.replace("_", "-") for name in SERVER_ARG_FIELDS if name != "architecture"),
+        "tp",
+        "host",
+        "port",
+    }
+)
+_EXTRA = "sglang:"  # argparse dest prefix of the flags kept as given (`extra_args`)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,8 @@ class SimConfig:
     api_key: str | None = None
     enable_metrics: bool = False
     tp_size: int = 1
+    max_mamba_cache_size: int | None = None  # None: SGLang sizes the mamba cache from GPU memory (see below)
+    extra_args: Mapping[str, Any] = field(default_factory=dict)  # every other flag given, server_args name → value
     # which SGLang to be, and the model it pretends to serve
     version: str = "0.5.23"
     architecture: str | None = None  # None: derived from model_path (Qwen3.5/3.6/Next are hybrid mamba)
@@ -69,7 +83,7 @@ class SimConfig:
     mean_output_tokens: int = 1500
     seed: int = 0
     default_max_running_requests: int = 256  # the capacity SGLang would compute from memory when unset
-    max_mamba_cache_size: int = 1024
+    memory_mamba_cache_size: int = 1024  # the mamba cache SGLang would size from memory when unset
     batch_half: float | None = None  # per-request speed ∝ 1/(batch + batch_half); None = max_running/4
     spec_accept_length: float | None = None  # mean accept length; None = 1 + 0.6 * (draft tokens - 1)
     stream_chunk_tokens: int = 8  # tokens per SSE chunk when generation is instant
@@ -98,16 +112,18 @@ class SimConfig:
     launch_argv: tuple[str, ...] = ()
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str]) -> SimConfig:
-        """Parse `regen sim` flags. Flags the simulated version does not have raise SimStartupError (argparse kind)."""
+    def from_argv(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimConfig:
+        """Parse `regen sim` flags. Flags the simulated version does not have raise SimStartupError (argparse kind).
+        `env` holds SGLANG_* variables as the server would see them (the process environment fills gaps)."""
         parser = _RaisingParser(prog="regen sim", add_help=False)
         add_arguments(parser)
         ns = parser.parse_args(list(argv))
-        return _from_namespace(ns, tuple(argv))
+        config = _from_namespace(ns, tuple(argv))
+        return config if env is None else config.replace(env=dict(env))
 
     def server_args(self) -> dict[str, Any]:
-        """The launch args in server_args names, as `args.resolve` takes them."""
-        return {name: getattr(self, name) for name in SERVER_ARG_FIELDS}
+        """The launch args in server_args names, as `args.resolve` takes them (modeled ones, then the rest)."""
+        return {**self.extra_args, **{name: getattr(self, name) for name in SERVER_ARG_FIELDS}}
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
@@ -177,7 +193,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-running-requests", type=int, help="requests decoding at once; the rest wait in a queue")
     g.add_argument("--max-queued-requests", type=int, help="queue bound; beyond it 503 'The request queue is full.'")
     g.add_argument("--reasoning-parser", help="e.g. qwen3: split <think>…</think> into reasoning_content")
-    g.add_argument("--speculative-algorithm", choices=SPEC_ALGORITHMS, help="enable speculative decoding")
+    g.add_argument(
+        "--speculative-algorithm", help="enable speculative decoding (a fixed choice before 0.5.12, free text from it)"
+    )
     g.add_argument("--speculative-num-steps", type=int, help="draft steps (auto when unset)")
     g.add_argument("--speculative-eagle-topk", type=int, help="EAGLE top-k (auto when unset)")
     g.add_argument("--speculative-num-draft-tokens", type=int, help="draft tokens (forced to steps+1 at topk 1)")
@@ -193,15 +211,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (401 otherwise; /health exempt)")
     _bool_flag(g, "--enable-metrics", "serve Prometheus /metrics")
     g.add_argument("--tp-size", "--tp", type=int, help="tensor parallel size (reported only)")
+    g.add_argument("--max-mamba-cache-size", type=int, help="mamba cache slots; caps hybrid-model concurrency")
     g.add_argument("--host", help="bind address (default 127.0.0.1)")
     g.add_argument("--port", type=int, help="port (default 0: pick a free one; the URL is the first stdout line)")
+    _add_release_flags(parser)
     s = parser.add_argument_group("simulator")
     s.add_argument("--sim-version", choices=VERSIONS, help="SGLang version to emulate (default 0.5.23)")
     s.add_argument("--sim-architecture", help="HF architecture to pretend (default: derived from --model-path)")
     s.add_argument("--decode-rate", type=float, help="aggregate decode tokens/s at a full batch (default 0: instant)")
     s.add_argument("--mean-output-tokens", type=int, help="mean completion length before max_tokens (default 1500)")
     s.add_argument("--seed", type=int, help="seed for output lengths, text and faults (default 0)")
-    s.add_argument("--max-mamba-cache-size", type=int, help="mamba cache slots; caps hybrid-model concurrency")
     s.add_argument("--spec-accept-length", type=float, help="mean speculative accept length")
     _bool_flag(s, "--old-stream-shape", "emit the 0.5.9 SSE chunk shape (usage: null on every chunk)")
     s.add_argument("--slow-start", type=float, help="seconds the port stays closed, as while loading weights")
@@ -230,6 +249,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(_sim_parser=parser)
 
 
+def _add_release_flags(parser: argparse.ArgumentParser) -> None:
+    """Every other flag of any emulated release, kept as given; which release has which is checked after parsing."""
+    g = parser.add_argument_group(
+        "every other SGLang flag of the emulated release (--sim-version): accepted and echoed in /server_info"
+    )
+    for flag in all_flags().values():
+        if flag.name in _MODELED:
+            continue
+        kwargs: dict[str, Any] = {"dest": _EXTRA + flag.name, "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+        if flag.nargs == "0":
+            kwargs["action"] = "store_true"
+        elif flag.nargs == "b":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif flag.nargs != "1":
+            kwargs["nargs"] = flag.nargs
+        g.add_argument(flag.option, **kwargs)
+
+
+def _coerce(raw: Any) -> Any:
+    """A flag value as SGLang's argparse `type` would make it, near enough to echo: int, float, else the text."""
+    if isinstance(raw, list):
+        return [_coerce(x) for x in raw]
+    if not isinstance(raw, str):
+        return raw
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def _release_args(values: dict[str, Any], version: str) -> dict[str, Any]:
+    """The given flags this release does not model, checked against its flag table: server_args name → value."""
+    table = flags_of(version)
+    extra: dict[str, Any] = {}
+    for key in [k for k in values if k.startswith(_EXTRA)]:
+        name = key[len(_EXTRA) :]
+        flag: Flag | None = table.get(name)
+        value = values.pop(key)
+        if flag is None:
+            raise SimStartupError(f"unrecognized arguments: --{name}", "argparse")
+        extra[flag.dest] = _coerce(value)
+    return extra
+
+
 _NS_TO_FIELD = {
     "sim_version": "version",
     "sim_architecture": "architecture",
@@ -244,13 +309,13 @@ _NS_TO_FIELD = {
 
 def _from_namespace(ns: argparse.Namespace, argv: tuple[str, ...] = ()) -> SimConfig:
     known = {f.name for f in dataclasses.fields(SimConfig)}
-    values: dict[str, Any] = {}
-    for key, value in vars(ns).items():
-        name = _NS_TO_FIELD.get(key, key)
-        if value is not None and name in known:
-            values[name] = value
-    config = SimConfig(**values, launch_argv=argv)
+    raw = {_NS_TO_FIELD.get(key, key): value for key, value in vars(ns).items() if value is not None}
+    version = str(raw.get("version") or SimConfig.version)
+    extra = _release_args(raw, version)
+    values = {name: value for name, value in raw.items() if name in known}
+    config = SimConfig(**values, extra_args=extra, launch_argv=argv)
     check_flags(config.server_args(), config.version)
+    check_spec_algorithm(config.speculative_algorithm, config.version)
     total = sum(getattr(config, name) for _flag, name, _help in _FAULT_FLAGS)
     if total > 1 + 1e-9:
         raise SimStartupError(f"the --fail-* probabilities must sum to at most 1, got {total:g}", "argparse")

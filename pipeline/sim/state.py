@@ -28,6 +28,7 @@ from .args import (
 from .config import SimConfig
 from .engine import Engine, Job
 from .faults import FaultPlan
+from .sglang_flags import flags_of
 from .stats import Stats
 
 MAX_TOTAL_NUM_TOKENS = 1_048_576
@@ -73,7 +74,11 @@ class Sim:
         self.context = int(resolved.get("context_length") or default_context_length(self.arch))
         self.served = str(resolved["served_model_name"])
         self.max_running = effective_max_running(
-            resolved, self.arch, config.default_max_running_requests, config.max_mamba_cache_size
+            {**resolved, "architecture": self.arch},
+            config.version,
+            self.env,
+            memory_max_running=config.default_max_running_requests,
+            memory_mamba=config.memory_mamba_cache_size,
         )
         self.engine: Engine | None = None
         if config.decode_tokens_per_s > 0:
@@ -209,24 +214,30 @@ class Sim:
         return state
 
     def server_info(self) -> dict[str, Any]:
-        args = {k: v for k, v in self.resolved.items() if not k.startswith("_")}
+        """Every server arg of the emulated release at its resolved value, then the scheduler's facts.
+
+        Keys follow the release's flag table (`sglang_flags`): a flag's default unless it was given or resolved;
+        what SGLang computes from GPU memory when unset (mem_fraction_static, chunked_prefill_size) gets a
+        plausible stand-in."""
+        args: dict[str, Any] = {flag.dest: flag.default for flag in flags_of(self.config.version).values()}
+        args.pop("tensor_parallel_size", None), args.pop("data_parallel_size", None)
+        args.pop("pipeline_parallel_size", None)
+        args.update(mem_fraction_static=0.85, chunked_prefill_size=8192, dp_size=1, pp_size=1, stream_interval=1)
+        args.update({k: v for k, v in self.resolved.items() if not k.startswith("_")})
         args.update(
             host=self.config.host,
             port=self.port,
-            tokenizer_path=self.config.model_path,
-            dp_size=1,
-            pp_size=1,
+            tokenizer_path=self.resolved.get("tokenizer_path") or self.config.model_path,
             api_key=None,  # never echoed by the simulator
-            chunked_prefill_size=8192,
-            mem_fraction_static=0.85,
-            max_total_tokens=None,
-            random_seed=self.config.seed,
-            stream_interval=1,
-            tool_call_parser=None,
+            admin_api_key=None,
+            random_seed=self.resolved.get("random_seed", self.config.seed),
             mamba_track_interval=self.resolved.get("mamba_track_interval", 256),
         )
-        if self.v >= (0, 5, 14):
-            args["linear_attn_backend"] = "triton"
+        if self.v < (0, 5, 14):
+            args.pop("linear_attn_backend", None)
+        else:
+            args.setdefault("linear_attn_backend", "triton")
+            args["kv_events"] = None
         info: dict[str, Any] = {
             **args,
             "status": "ready",
@@ -237,7 +248,7 @@ class Sim:
             "version": reported_version(self.config.version),
         }
         if self.v >= (0, 5, 23):
-            info.update(launch_command=self.launch_command(), kv_events=None, frontend="python")
+            info.update(launch_command=self.launch_command(), frontend="python")
         return info
 
     def launch_command(self) -> str:
