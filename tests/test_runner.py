@@ -9,8 +9,10 @@ several times it), they are cancelled and their prompts stay pending: not reject
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
+import socket
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -132,3 +134,35 @@ def test_requests_that_outlast_the_drain_are_cancelled_and_stay_pending(tmp_path
 
     asyncio.run(scenario())
     assert sorted(stored(run_dir)) == ids
+
+
+def test_an_endpoint_down_at_start_joins_the_run_once_it_comes_up(tmp_path: Path) -> None:
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=24)
+    with socket.socket() as sock:  # a port nothing listens on yet, as a server still loading its weights
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def scenario() -> None:
+        async with serve(timed_sim(decode_rate=400)) as up:
+            cfg = make_config(tmp_path, up, drain_timeout_s=5.0)
+            late_url = f"http://127.0.0.1:{port}"
+            cfg = dataclasses.replace(
+                cfg,
+                endpoints=(*cfg.endpoints, EndpointConfig(url=late_url, concurrency=4)),
+                client=dataclasses.replace(cfg.client, health_interval_s=0.1, health_timeout_s=1.0),
+            )
+            run = asyncio.create_task(Runner(cfg, RunOptions(), None).main())
+            for _ in range(500):
+                if (await sim_stats(up))["generations_total"] >= 2 or run.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert not run.done()  # the run started on the one endpoint that was up
+            async with serve(dataclasses.replace(timed_sim(decode_rate=400), port=port)):
+                summary = await run
+                late = await sim_stats(late_url)
+            assert late["generations_total"] > 0  # preflighted, admitted, and given work
+            assert late["probes"]["requests"] >= 1  # admitted through preflight, not on trust
+            assert summary.metrics["accepted"] == len(ids)
+
+    asyncio.run(scenario())
+    assert sorted(stored(tmp_path / "run")) == ids
