@@ -133,7 +133,10 @@ class Config:
 
     def generation_fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its resume: the model, sampling and the validators."""
-        return {"generation": dataclasses.asdict(self.generation), "validate": dataclasses.asdict(self.validate)}
+        # As plain JSON data (tuples as lists), so it compares equal to the copy read back from run.json.
+        return _plain(
+            {"generation": dataclasses.asdict(self.generation), "validate": dataclasses.asdict(self.validate)}
+        )
 
     def generation_hash(self) -> str:
         blob = orjson.dumps(self.generation_fingerprint(), option=orjson.OPT_SORT_KEYS)
