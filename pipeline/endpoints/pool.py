@@ -216,8 +216,8 @@ class Pool:
     def _failed(self, ep: EndpointState, why: str) -> None:
         ep.errors += 1
         ep.consecutive_failures += 1
-        self._error(ep, why)
-        if ep.state in LIVE:
+        if ep.state in LIVE:  # once down or retired, the reason it went stays its last error
+            self._error(ep, why)
             self._set(ep, DEGRADED)
             if ep.consecutive_failures >= self.failure_threshold:
                 self.mark_down(ep, why)
@@ -245,14 +245,12 @@ class Pool:
     def mark_down(self, ep: EndpointState, why: str) -> None:
         """Open the circuit: probe again after a cooldown that doubles each time it opens (up to the max).
 
-        An endpoint already down stays on its schedule: the requests it had in flight fail one by one when it
-        goes, and each of them must not push its next probe further away.
+        An endpoint already down stays on its schedule and keeps its reason: the requests it had in flight fail
+        one by one when it goes, and each of them must not push its next probe further away.
         """
-        if ep.state in (DRAINING, RETIRED):
+        if ep.state in (DOWN, DRAINING, RETIRED):
             return
         self._error(ep, why)
-        if ep.state == DOWN:
-            return
         self._set(ep, DOWN)
         ep.ramp = 0
         ep.down_until = self.clock() + ep.cooldown_s
