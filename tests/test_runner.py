@@ -63,15 +63,20 @@ async def sim_stats(url: str) -> dict[str, Any]:
         return (await http.get(f"{url}/_sim/stats")).json()
 
 
-async def signal_when(url: str, sig: signal.Signals, *, generations: int, in_flight: int) -> dict[str, Any]:
-    """Send `sig` to this process once the simulator has finished and is running enough; returns what it saw."""
+async def signal_when(
+    run: asyncio.Task[Any], url: str, sig: signal.Signals, *, generations: int, in_flight: int
+) -> dict[str, Any]:
+    """Send `sig` to this process once the simulator has finished and is running enough; returns what it saw.
+    Never after the run has ended: its handler is gone by then, and the signal would stop pytest itself."""
     for _ in range(1000):
         stats = await sim_stats(url)
+        if run.done():
+            break
         if stats["generations_total"] >= generations and stats["in_flight"] >= in_flight:
             os.kill(os.getpid(), sig)
             return stats
         await asyncio.sleep(0.01)
-    raise AssertionError("the run never got that far")
+    raise AssertionError("the run ended (or never got that far) before the signal")
 
 
 def stored(run_dir: Path) -> list[str]:
@@ -85,11 +90,10 @@ def test_sigint_lets_requests_in_flight_finish_and_store_then_a_rerun_finishes_t
     async def scenario() -> None:
         async with serve(timed_sim(decode_rate=400)) as url:  # requests of ~0.3-1 s; the drain may take 5 s
             cfg = make_config(tmp_path, url, drain_timeout_s=5.0)
-            first = Runner(cfg, RunOptions(), None)
-            watcher = asyncio.create_task(signal_when(url, signal.SIGINT, generations=4, in_flight=2))
+            run = asyncio.create_task(Runner(cfg, RunOptions(), None).main())
+            seen = await signal_when(run, url, signal.SIGINT, generations=4, in_flight=2)
             with pytest.raises(Interrupted) as caught:
-                await first.main()
-            seen = await watcher
+                await run
             assert caught.value.exit_code == 130
             after = await sim_stats(url)
             done = stored(run_dir)
@@ -118,10 +122,10 @@ def test_requests_that_outlast_the_drain_are_cancelled_and_stay_pending(tmp_path
         async with serve(timed_sim(decode_rate=100)) as url:  # requests of ~1.5-4 s, the drain is 0.2 s
             cfg = make_config(tmp_path, url, drain_timeout_s=0.2)
             runner = Runner(cfg, RunOptions(), None)
-            watcher = asyncio.create_task(signal_when(url, signal.SIGTERM, generations=0, in_flight=4))
+            run = asyncio.create_task(runner.main())
+            seen = await signal_when(run, url, signal.SIGTERM, generations=0, in_flight=4)
             with pytest.raises(Interrupted):
-                await runner.main()
-            seen = await watcher
+                await run
             after = await sim_stats(url)
             assert seen["generations_total"] == 0 and after["generations_total"] == 0
             assert after["cancelled"] == 4  # the drain gave up on them and the server stopped decoding
