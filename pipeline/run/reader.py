@@ -1,6 +1,6 @@
 """The prompt reader: `[input]` in, a stream of `Prompt` (or `BadInput`) batches out.
 
-It owns what happens to a row once its file has been read (`input_files` resolves `input.path` and streams each
+It owns what happens to a row once its file has been read (`dataset.input_files` resolves `input.path` and streams each
 format): turning each row into chat messages, giving it an id, rejecting bad rows with the file and row, and
 finding duplicate ids before anything is sent. An input file without a row is a warning on this module's logger
 (once per file): the run goes on with the other files, or finishes with nothing to do.
@@ -37,10 +37,10 @@ import orjson
 
 from .. import conversation
 from ..config import GenerationConfig, InputConfig
+from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
-from .input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 
 log = logging.getLogger(__name__)
 
