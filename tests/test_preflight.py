@@ -121,7 +121,9 @@ def test_concurrency_beyond_the_server_cap_is_a_warning() -> None:
     report = _with_sim(GOOD, lambda url: preflight_endpoint(url, cfg))
     check = _by_name(report)["concurrency"]
     assert check["ok"] and check["level"] == "warning" and check["actual"] == 48
-    assert "at most 48 requests at once" in check["hint"] and "lower endpoints.concurrency to 48" in check["hint"]
+    assert (
+        "at most 48 requests at once" in check["hint"] and "lower endpoints.concurrency from 64 to 48" in check["hint"]
+    )
 
 
 def test_probe_carries_a_regen_probe_rid() -> None:
@@ -235,3 +237,44 @@ def test_resolve_key(name: str, info: dict[str, Any], version: str | None, key: 
 )
 def test_same_value(key: str, expected: Any, actual: Any, same: bool) -> None:
     assert facts.same_value(key, expected, actual) is same
+
+
+MOTIVATING_SIM = [*GOOD, "--max-mamba-cache-size", "24", "--mem-fraction-static", "0.92", "--trust-remote-code"]
+
+
+@pytest.mark.parametrize(
+    ("version", "strategy_flag", "cap", "words"),
+    [
+        ("0.5.23", "--mamba-radix-cache-strategy", 4, "speculative decoding and the overlap scheduler on"),
+        ("0.5.14", "--mamba-radix-cache-strategy", 4, "5 slots per request"),
+        ("0.5.9", "--mamba-scheduler-strategy", 6, "4 slots per request with extra_buffer and speculative decoding"),
+    ],
+    ids=["0.5.23", "0.5.14", "0.5.9"],
+)
+def test_concurrency_warning_names_the_mamba_cache_flag(version: str, strategy_flag: str, cap: int, words: str) -> None:
+    argv = [strategy_flag if a == "--mamba-radix-cache-strategy" else a for a in MOTIVATING_SIM]
+    cfg = _cfg({}, endpoints=[{"url": "http://placeholder", "concurrency": 64}])
+    report = _with_sim([*argv, "--sim-version", version], lambda url: preflight_endpoint(url, cfg))
+    check = _by_name(report)["concurrency"]
+    assert report["ok"] and check["level"] == "warning" and check["actual"] == cap
+    assert f"--max-mamba-cache-size 24 caps this server at {cap} running requests" in check["hint"]
+    assert words in check["hint"] and f"lower endpoints.concurrency from 64 to {cap}" in check["hint"]
+    assert report["info"]["effective_max_running_requests"] == cap
+
+
+def test_capacity_is_computed_from_the_args_when_the_server_does_not_report_it() -> None:
+    info = {
+        "version": "0.5.19",
+        "model_path": "Qwen/Qwen3.6-27B",
+        "speculative_algorithm": "EAGLE",
+        "max_running_requests": 48,
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "disable_overlap_schedule": False,
+        "max_mamba_cache_size": 24,
+    }
+    assert facts.effective_concurrency(info) == 4
+    cause = facts.capacity_of(info)
+    assert cause.flag == "--max-mamba-cache-size" and cause.requests == 4
+    assert facts.effective_concurrency({**info, "disable_overlap_schedule": True}) == 6
+    assert facts.effective_concurrency({**info, "disable_radix_cache": True}) == 24
+    assert facts.effective_concurrency({**info, "model_path": "Qwen/Qwen3-8B"}) == 48

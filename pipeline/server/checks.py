@@ -156,18 +156,25 @@ def judge_info(got: Facts, ep: EndpointConfig, expect_keys: set[str]) -> list[di
     cap = derived_facts(got)["effective_max_running_requests"]
     if cap is None or "effective_max_running_requests" in expect_keys:
         return []
-    return judge_concurrency(cap, ep, "the server runs")
+    dp = int((got.info or {}).get("dp_size") or 1)
+    cause = facts.capacity_of(got.info or {})
+    return judge_concurrency(cap, ep, "the server runs", cause if cause.requests == cap // dp else None)
 
 
-def judge_concurrency(cap: int, ep: EndpointConfig, who: str) -> list[dict[str, Any]]:
-    """Information (a warning when the config sends more than the server runs at once), never drift."""
+def judge_concurrency(
+    cap: int, ep: EndpointConfig, who: str, cause: facts.Capacity | None = None
+) -> list[dict[str, Any]]:
+    """Information (a warning naming the capping flag when the config sends more than the server runs at once),
+    never drift: the run still works, at the server's pace."""
     short = ep.concurrency > cap
-    hint = (
-        f"{who} at most {cap} requests at once, the rest wait in a queue: lower endpoints.concurrency to {cap} or "
-        "raise --max-running-requests (hybrid models: the mamba cache caps it)"
-        if short
-        else ""
-    )
+    hint = ""
+    if short and cause is not None:
+        hint = f"{who} at most {cap} requests at once: {cause.hint(ep.concurrency)}"
+    elif short:
+        hint = (
+            f"{who} at most {cap} requests at once, the rest wait in a queue: lower endpoints.concurrency to {cap} "
+            "or raise --max-running-requests (hybrid models: the mamba cache caps it)"
+        )
     level = "warning" if short else "info"
     return [make_check("concurrency", "effective_max_running_requests", f"≥ {ep.concurrency}", cap, True, hint, level)]
 

@@ -130,7 +130,43 @@ def static_check(cfg: Config, version: str | None) -> list[dict[str, Any]]:
     """Known-bad combinations in [launch] for SGLang `version`, before anything starts: {key, problem, hint, fatal}."""
     _, port = _host_port(cfg)
     concurrency = next((ep.concurrency for ep in cfg.endpoints if ep.url.rstrip("/").endswith(f":{port}")), None)
-    return facts.known_bad(cfg.launch.args, cfg.launch.env, version, cfg.expect, concurrency)
+    unknown = [] if _SIM_MODULE in cfg.launch.command else _unknown_flags(cfg.launch.args, version)
+    return unknown + facts.known_bad(cfg.launch.args, cfg.launch.env, version, cfg.expect, concurrency)
+
+
+def _unknown_flags(args: Mapping[str, Any], version: str | None) -> list[dict[str, Any]]:
+    """Flags SGLang `version`'s argparse does not have (it exits 2 on them), from the simulator's flag table."""
+    from ..sim.sglang_flags import flags_of
+
+    try:
+        table = flags_of(str(version))
+    except KeyError:
+        return []  # a release without a table: nothing to check against
+    return [
+        {
+            "key": name,
+            "problem": f"SGLang {version} has no --{name} (argparse: unrecognized arguments, exit 2)",
+            "hint": "remove it or use this release's spelling",
+            "fatal": True,
+        }
+        for name in args
+        if name not in table
+        and name not in ("host", "port")
+        and "_" not in name  # known_bad names these (and the mamba flags) with a better hint
+        and name not in ("mamba-scheduler-strategy", "mamba-radix-cache-strategy")
+        and not _abbreviates(name, table)
+    ]
+
+
+def _abbreviates(name: str, table: Mapping[str, Any]) -> bool:
+    """argparse takes an unambiguous prefix of a long flag (`--tp` for `--tp-size`)."""
+    return len([flag for flag in table if flag.startswith(name)]) == 1
+
+
+def expected_capacity(cfg: Config, version: str | None) -> dict[str, Any] | None:
+    """{requests, limit, flag, cause} for the command `regen launch` writes (requests None: set by GPU memory)."""
+    cap = facts.expected_capacity(cfg.launch.args, cfg.launch.env, version)
+    return None if cap is None else dataclasses.asdict(cap)
 
 
 def format_static(problems: list[dict[str, Any]]) -> str:
@@ -251,8 +287,9 @@ def _describe_exit(code: int) -> str:
 async def launch(cfg: Config, *, dry_run: bool = False, script: Path = Path("launch.sh"), check: bool = True) -> dict:
     """Write the launch script, then (unless `dry_run`) start the server, wait until healthy and preflight it.
 
-    Returns {ok, argv, pid, url, version, script, log_file, static, preflight}. A fatal static problem raises
-    PreflightError before anything starts (`check=False` starts anyway); a server that exits or never becomes
+    Returns {ok, argv, pid, url, version, script, log_file, static, capacity, preflight}; `capacity` is the
+    expected effective max_running_requests of the command ({requests, limit, flag, cause}). A fatal static problem
+    raises PreflightError before anything starts (`check=False` starts anyway); a server that exits or never becomes
     healthy raises EndpointError with the tail of its log. A server that runs is left running (its pid is returned)
     even when preflight finds drift, so its log and /server_info can be read.
     """
@@ -276,6 +313,7 @@ async def launch(cfg: Config, *, dry_run: bool = False, script: Path = Path("lau
         "script": str(script),
         "log_file": None,
         "static": problems,
+        "capacity": expected_capacity(cfg, version),
         "preflight": None,
     }
     if dry_run:
@@ -317,6 +355,10 @@ def format_launch(result: Mapping[str, Any]) -> str:
     from .preflight import format_preflight
 
     lines = [f"argv: {shlex.join(result['argv'])}", f"script: {result['script']}"]
+    cap = result.get("capacity")
+    if cap is not None:
+        runs = f"at most {cap['requests']} requests at once" if cap["requests"] else "a capacity set by GPU memory"
+        lines.append(f"expected capacity (SGLang {result['version']}): {runs}: {cap['cause']}")
     if result.get("static"):
         lines += ["static check:", format_static(result["static"])]
     if result.get("pid"):

@@ -13,6 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..sim.args import SimStartupError, architecture_of, is_hybrid, resolve
+from ..sim.capacity import Capacity, capacity
+
 MAMBA_OLD = "mamba_scheduler_strategy"
 MAMBA_NEW = "mamba_radix_cache_strategy"
 MAMBA_KEYS = (MAMBA_OLD, MAMBA_NEW)
@@ -162,8 +165,14 @@ def effective_concurrency(info: Mapping[str, Any]) -> int | None:
     caps = [int(p) for p in per if isinstance(p, int | float) and not isinstance(p, bool)]
     if caps:
         return sum(caps) if len(caps) == dp else caps[0] * dp
-    mrr = info.get("max_running_requests")
-    return int(mrr) if isinstance(mrr, int) else None
+    computed = capacity_of(info).requests  # a server that does not report it: computed from its resolved args
+    return computed * dp if isinstance(computed, int) else None
+
+
+def capacity_of(info: Mapping[str, Any]) -> Capacity:
+    """The capacity SGLang's own rule gives a server with this /server_info, and the flag that caps it."""
+    version = str(info.get("version") or "0.5.23")
+    return capacity(info, version, hybrid=looks_hybrid(str(info.get("model_path") or "")))
 
 
 def spec_accept_length(info: Mapping[str, Any], from_response: Any = None) -> float | None:
@@ -263,7 +272,32 @@ def known_bad(
         )
     else:
         problems += _flag_names(given, v) + _mamba(given, env, v) + _speculative(given, env, v)
+        if not any(p["fatal"] for p in problems):
+            problems += _refusal(given, env, str(version))
     return problems + _expectations(given, expect or {}, v, concurrency)
+
+
+def _refusal(given: Mapping[str, Any], env: Mapping[str, str], version: str) -> list[dict[str, Any]]:
+    """A startup refusal the checks above do not name, found by resolving the args as SGLang `version` would."""
+    try:
+        resolve(dict(given), version, env)
+    except SimStartupError as exc:
+        return [_problem("sglang", f"SGLang {version} refuses to start ({exc.kind}: {exc.message})", "see above", True)]
+    return []
+
+
+def expected_capacity(args: Mapping[str, Any], env: Mapping[str, str], version: str | None) -> Capacity | None:
+    """How many requests a server launched with `args` (flag spellings) will run at once, and what caps it;
+    None when the version is unknown or SGLang would refuse the launch."""
+    if version_tuple(version) is None:
+        return None
+    given = {server_key(k): v for k, v in args.items() if v is not False and v is not None}
+    try:
+        resolved = resolve(given, str(version), env)
+    except SimStartupError:
+        return None
+    arch = str(resolved.get("architecture") or architecture_of(str(given.get("model_path") or "")))
+    return capacity(resolved, str(version), hybrid=is_hybrid(arch), env=env)
 
 
 def _problem(key: str, problem: str, hint: str, fatal: bool) -> dict[str, Any]:
@@ -440,12 +474,13 @@ def _speculative(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int,
                 False,
             )
         )
-    if isinstance(topk, int) and topk > 1 and v < (0, 5, 12) and v >= (0, 5, 10) and spec_v2_enabled(env, v):
+    if isinstance(topk, int) and topk > 1 and v < (0, 5, 12) and spec_v2_enabled(env, v):
         out.append(
             _problem(
                 "speculative-eagle-topk",
-                "spec v2 supports only topk 1 on 0.5.10 (ValueError at start)",
-                "set speculative-eagle-topk = 1",
+                f"with {SPEC_V2_ENV}=1, SGLang {'.'.join(map(str, v))} refuses speculative-eagle-topk {topk}: "
+                "'Spec v2 currently only supports topk = 1 for speculative decoding.' (ValueError at start)",
+                f"set speculative-eagle-topk = 1, or drop {SPEC_V2_ENV} (spec v1: the overlap scheduler off)",
                 True,
             )
         )

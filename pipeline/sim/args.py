@@ -133,6 +133,7 @@ def resolve(args: Mapping[str, Any], version: str = "0.5.23", env: Mapping[str, 
     """The server_args SGLang `version` would run with, given the launch `args`; raises SimStartupError."""
     env = os.environ if env is None else env
     check_flags(args, version)
+    check_spec_algorithm(args.get("speculative_algorithm"), version)
     v = version_tuple(version)
     out: dict[str, Any] = dict(args)
     old = out.pop("mamba_scheduler_strategy", None)

@@ -76,8 +76,8 @@ class Capacity:
     def hint(self, concurrency: int) -> str:
         """What to do when an endpoint sends `concurrency` requests to a server that runs `requests`."""
         if self.flag is None:
-            return f"{self.cause}; lower endpoints.concurrency to {self.requests}"
-        return f"{self.cause}; raise {self.flag} or lower endpoints.concurrency (configured {concurrency})"
+            return f"{self.cause}; lower endpoints.concurrency from {concurrency} to {self.requests}"
+        return f"{self.cause}; raise {self.flag} or lower endpoints.concurrency from {concurrency} to {self.requests}"
 
 
 def capacity(

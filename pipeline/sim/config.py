@@ -315,7 +315,7 @@ def _from_namespace(ns: argparse.Namespace, argv: tuple[str, ...] = ()) -> SimCo
     values = {name: value for name, value in raw.items() if name in known}
     config = SimConfig(**values, extra_args=extra, launch_argv=argv)
     check_flags(config.server_args(), config.version)
-    check_spec_algorithm(config.speculative_algorithm, config.version)
+    check_spec_algorithm(config.speculative_algorithm, config.version)  # argparse's choices, before anything runs
     total = sum(getattr(config, name) for _flag, name, _help in _FAULT_FLAGS)
     if total > 1 + 1e-9:
         raise SimStartupError(f"the --fail-* probabilities must sum to at most 1, got {total:g}", "argparse")
