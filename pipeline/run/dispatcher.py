@@ -1,6 +1,12 @@
 """The async engine of one prompt's life: choose an endpoint, send, validate, retry within the budget, store.
 
-`client.max_attempts` bounds the requests that may be the prompt's fault (rejected completions, 5xx, timeouts).
+A prompt may be a conversation with several assistant turns to generate (conversation.py): they are generated in
+order, each from the regenerated history, each validated and retried on its own; a finished turn is journaled
+(`Sink.add_turn`) so a crash does not generate it again, and the row is stored once, when its last turn is done or
+one turn fails for good (the reject's detail names the turn).
+
+`client.max_attempts` bounds, per turn, the requests that may be the prompt's fault (rejected completions, 5xx,
+timeouts).
 A request lost because its endpoint went down (refused, reset mid-response) is not counted there; a separate
 bound, `client.max_endpoint_failures`, stops a prompt that takes every server it touches down with it.
 """
@@ -8,17 +14,19 @@ bound, `client.max_endpoint_failures`, stops a prompt that takes every server it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import conversation
 from ..config import Config
 from ..endpoints.pool import EndpointState, Pool
 from ..endpoints.retry import RetryPolicy
 from ..errors import EndpointDownError, FatalEndpointError, PermanentRequestError, RequestError
 from ..records import Completion, Prompt
-from ..schema import accepted_row, rejected_row
+from ..schema import accepted_row, rejected_row, turn_entry
 from ..validator import validate
 from .metrics import Metrics
 
@@ -26,6 +34,7 @@ from .metrics import Metrics
 class Sink(Protocol):
     def add_accepted(self, row: dict[str, Any]) -> None: ...
     def add_rejected(self, row: dict[str, Any]) -> None: ...
+    def add_turn(self, prompt_id: str, k: int, turn: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -37,7 +46,7 @@ class _Tally:
     last: Completion | None = None
     reason: str = "exhausted_retries"
     detail: str = ""
-    final: bool = False  # already stored (a permanent error)
+    final: bool = False  # a permanent error: no more attempts
 
 
 class Dispatcher:
@@ -50,6 +59,7 @@ class Dispatcher:
         *,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        partial: dict[str, list[dict[str, Any]]] | None = None,
     ):
         self.cfg = cfg
         self.pool = pool
@@ -57,6 +67,7 @@ class Dispatcher:
         self.metrics = metrics
         self.retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
         self.sleep = sleep
+        self.partial = partial if partial is not None else {}  # turns finished before a restart, by prompt id
         self._rids = itertools.count()
         self.inflight: set[asyncio.Task[None]] = set()
         self.stopping = False  # set on SIGINT/SIGTERM: cancellations are the drain's, not the health monitor's
@@ -82,25 +93,61 @@ class Dispatcher:
             task.add_done_callback(self.inflight.discard)
 
     async def process(self, prompt: Prompt, ep: EndpointState | None = None) -> None:
-        """Drive one prompt to its final place: exactly one add_accepted or add_rejected call."""
+        """Drive one prompt, every turn of it, to its final place: exactly one add_accepted or add_rejected call."""
+        positions = prompt.positions
+        done = self.partial.pop(prompt.id, [])[: len(positions) - 1]
+        attempts = sum(t.get("attempts") or 0 for t in done)
+        for k in range(len(done), len(positions)):
+            request = self._request(prompt, k, done)
+            last = k == len(positions) - 1
+            outcome = await self._turn(
+                request, ep, done, f"turn {k + 1}/{len(positions)}: " if len(positions) > 1 else ""
+            )
+            ep = None
+            if outcome is None:
+                return
+            completion, turn = outcome
+            attempts += turn["attempts"]
+            done.append(turn)
+            if last:
+                self.sink.add_accepted(accepted_row(request, completion, attempts, done))
+                self.metrics.record_accept(completion.completion_tokens)
+            else:
+                self.sink.add_turn(prompt.id, k, turn)
+                self.metrics.output_tokens += completion.completion_tokens or 0
+
+    def _request(self, prompt: Prompt, k: int, done: list[dict[str, Any]]) -> Prompt:
+        """The prompt as sent for turn k: the conversation before it, with the regenerated answers."""
+        if not prompt.turns:
+            return prompt  # one new turn after the given messages: sent as they are
+        answers = [t.get("answer") or "" for t in done]
+        reasoning = [t.get("reasoning") for t in done] if self.cfg.generation.history_reasoning else []
+        messages = conversation.request(prompt.messages, prompt.turns, k, answers, reasoning)
+        return dataclasses.replace(prompt, messages=tuple(messages))
+
+    async def _turn(
+        self, prompt: Prompt, ep: EndpointState | None, done: list[dict[str, Any]], label: str
+    ) -> tuple[Completion, dict[str, Any]] | None:
+        """One turn within its attempts: the accepted completion and its `turns` entry, or None once the row is
+        rejected (stored here, with the turns `done` before it)."""
         t = _Tally()
         while t.attempts < self.cfg.client.max_attempts and t.endpoint_failures < self.cfg.client.max_endpoint_failures:
             retry = t.attempts + t.endpoint_failures > 0  # a retry takes the next free slot before new prompts
             completion = await self._send(prompt, ep or await self.pool.acquire(retry=retry), t)
             ep = None
             if completion is None:
-                if t.final:
-                    return
+                if t.final:  # a permanent error: the prompt itself is at fault
+                    self._reject(prompt, None, t.attempts, t.reason, label + t.detail, done)
+                    return None
                 continue
             t.attempts += 1
             verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
             if verdict.ok:
-                self.sink.add_accepted(accepted_row(prompt, completion, t.attempts))
-                self.metrics.record_accept(completion.completion_tokens)
-                return
+                return completion, turn_entry(completion, t.attempts)
             t.last, t.reason, t.detail = completion, verdict.reason or "invalid", verdict.detail
             self.metrics.output_tokens += completion.completion_tokens or 0
-        self._reject(prompt, t.last, t.attempts, t.reason, t.detail)
+        self._reject(prompt, t.last, t.attempts, t.reason, label + t.detail, done)
+        return None
 
     async def _send(self, prompt: Prompt, ep: EndpointState, t: _Tally) -> Completion | None:
         """One request on a slot of `ep`; the slot is always given back. None: no completion (see `t`)."""
@@ -113,8 +160,7 @@ class Dispatcher:
             raise
         except PermanentRequestError as exc:  # the prompt itself is at fault (e.g. longer than the context)
             await self.pool.release(ep)
-            self._reject(prompt, None, t.attempts + 1, "http_4xx", str(exc))
-            t.final = True
+            t.attempts, t.reason, t.detail, t.final = t.attempts + 1, "http_4xx", str(exc), True
             return None
         except EndpointDownError as exc:  # the endpoint is at fault: does not use up the prompt's attempts
             t.endpoint_failures += 1
@@ -154,6 +200,14 @@ class Dispatcher:
                     task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere
                     raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
 
-    def _reject(self, prompt: Prompt, last: Completion | None, attempts: int, reason: str, detail: str) -> None:
-        self.sink.add_rejected(rejected_row(prompt, last, attempts, reason, detail))
+    def _reject(
+        self,
+        prompt: Prompt,
+        last: Completion | None,
+        attempts: int,
+        reason: str,
+        detail: str,
+        done: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        self.sink.add_rejected(rejected_row(prompt, last, attempts, reason, detail, done))
         self.metrics.record_reject(reason)
