@@ -1,7 +1,8 @@
 import pytest
 
 from pipeline.config import GenerationConfig
-from pipeline.endpoints.client import build_payload_base, request_seed, split_reasoning
+from pipeline.endpoints.client import build_payload_base, request_seed
+from pipeline.endpoints.reasoning import split_reasoning
 
 
 @pytest.mark.parametrize(
@@ -11,7 +12,7 @@ from pipeline.endpoints.client import build_payload_base, request_seed, split_re
         ("Two plus two.\n</think>\n\nThe answer is 4.", None, "stop", ("Two plus two.", "The answer is 4.")),
         ("<think>Two plus two.</think>4", None, "stop", ("Two plus two.", "4")),
         ("still thinking about it", None, "length", ("still thinking about it", "")),
-        ("just an answer", None, "stop", (None, "just an answer")),
+        ("just an answer", None, "stop", ("just an answer", "")),  # qwen3 force mode: no </think>, all reasoning
         ("a</think>b</think>c", None, "stop", ("a", "b</think>c")),
     ],
     ids=[
@@ -24,11 +25,11 @@ from pipeline.endpoints.client import build_payload_base, request_seed, split_re
     ],
 )
 def test_split_reasoning(content: str, reasoning: str | None, finish: str, expected: tuple[str | None, str]) -> None:
-    assert split_reasoning(content, reasoning, finish, thinking=True) == expected
+    assert split_reasoning(content, reasoning, thinking=True) == expected  # the finish reason no longer matters
 
 
 def test_thinking_off_keeps_content() -> None:
-    assert split_reasoning("x</think>y", None, "stop", thinking=False) == (None, "x</think>y")
+    assert split_reasoning("x</think>y", None, thinking=False) == (None, "x</think>y")
 
 
 def test_request_seed_is_stable_and_varies_by_attempt() -> None:

@@ -26,6 +26,7 @@ from ..errors import (
     RetryableRequestError,
 )
 from ..records import Completion, Prompt
+from .reasoning import split_reasoning
 
 CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
@@ -36,22 +37,6 @@ def request_seed(base_seed: int, prompt_id: str, attempt: int) -> int:
     """A per-request seed from (config seed, prompt id, attempt): reproducible, different on each retry."""
     digest = hashlib.blake2b(f"{base_seed}:{prompt_id}:{attempt}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
-
-
-def split_reasoning(content: str, reasoning: str | None, finish_reason: str, thinking: bool) -> tuple[str | None, str]:
-    """Return (reasoning, answer). When the server ran no reasoning parser, split raw text at `</think>` ourselves;
-    the opening tag may be missing (templates that prefill `<think>`)."""
-    if reasoning is not None or not thinking:
-        return (reasoning.strip() if reasoning is not None else None), content.strip()
-    text = content
-    if text.lstrip().startswith(THINK_OPEN):
-        text = text.lstrip()[len(THINK_OPEN) :]
-    head, sep, tail = text.partition(THINK_CLOSE)
-    if sep:
-        return head.strip(), tail.strip()
-    if finish_reason == "length":  # truncated while thinking: everything so far is reasoning
-        return text.strip(), ""
-    return None, content.strip()
 
 
 def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
@@ -211,9 +196,7 @@ class EndpointClient:
 
     def _completion(self, parsed: dict[str, Any], seed: int, latency: float) -> Completion:
         usage = parsed["usage"]
-        reasoning, answer = split_reasoning(
-            parsed["content"], parsed["reasoning"], parsed["finish_reason"], self.gen.thinking
-        )
+        reasoning, answer = split_reasoning(parsed["content"], parsed["reasoning"], self.gen.thinking)
         rt = usage.get("reasoning_tokens")
         if rt is None:
             rt = ((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) or None

@@ -360,9 +360,11 @@ def chat_message(req: GenRequest, outcome: Outcome, v: tuple[int, ...]) -> dict[
     reasoning, content = split(req, outcome.plan, outcome.tokens)
     if req.force_nonempty_content and not content and reasoning:
         content, reasoning = reasoning, None
+    if v < (0, 5, 14) and req.separate_reasoning and (req.force_reasoning or outcome.plan.thinking):
+        content = content.strip()  # up to 0.5.12 the parser strips the text it splits (`detect_and_parse`)
     shown: str | None = content
-    if not content and (0, 5, 10) <= v < (0, 5, 12):
-        shown = None  # 0.5.10.post1 returns null for an empty content
+    if not content and v < (0, 5, 14):
+        shown = None  # up to 0.5.12 an empty content is null (`serving_chat.py`: `text if text else None`)
     return {"role": "assistant", "content": shown, "reasoning_content": reasoning}
 
 

@@ -183,3 +183,30 @@ def raw_prefix(plan: Plan, tokens: int) -> tuple[str, str, bool]:
     if tokens <= r or plan.answer_in_reasoning:
         return plan.reasoning_text(tokens), "", False
     return plan.reasoning_text(r), plan.content_text(tokens - r - 1), True
+
+
+def qwen3_message(raw: str, v: tuple[int, ...], force: bool) -> tuple[str | None, str | None]:
+    """(reasoning_content, content) SGLang `v`'s `--reasoning-parser qwen3` makes of raw output `raw` (non-stream).
+
+    `parser/reasoning_parser.py::BaseReasoningFormatDetector.detect_and_parse` then `serving_chat.py`: up to 0.5.12
+    every `<think>` is deleted and the text stripped, the answer stripped, an empty content null; from 0.5.14 only
+    leading `<think>`s go, nothing is stripped, an empty content is "", and a `<tool_call>` closes unclosed
+    reasoning. An empty reasoning is null everywhere."""
+    if not force and "<think>" not in raw:
+        return None, raw
+    if v < (0, 5, 14):
+        body = raw.replace("<think>", "").strip()
+        if THINK_END not in body:
+            return body or None, None
+        head, tail = body.split(THINK_END, 1)
+        return head or None, tail.strip() or None
+    body = raw
+    while body.startswith("<think>"):
+        body = body[len("<think>") :]
+    if THINK_END not in body:
+        if "<tool_call>" in body:
+            at = body.index("<tool_call>")
+            return body[:at] or None, body[at:]
+        return body or None, ""
+    head, tail = body.split(THINK_END, 1)
+    return head or None, tail
