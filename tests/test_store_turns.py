@@ -48,3 +48,15 @@ def test_turns_are_carried_across_rotation_and_dropped_when_the_row_lands(tmp_pa
     assert state.partial == {"conv-1": [_turn(0)]}  # conv-2's row is done: its turns are not resumed
     reopened.close()
     assert _store(tmp_path).open().partial == {"conv-1": [_turn(0)]}  # still there after a clean close
+
+
+def test_a_journal_of_garbage_is_warned_about_and_ignored(tmp_path: Path, caplog) -> None:
+    store = _store(tmp_path)
+    store.open()
+    store.close()
+    garbage = tmp_path / "journal" / "worker-0.7.jsonl"
+    garbage.write_bytes(b"\x00\x01not json at all\n{torn")
+    with caplog.at_level("WARNING", logger="pipeline.store.recovery"):
+        _store(tmp_path).open()
+    assert "journal has no readable line" in caplog.text and "worker-0.7.jsonl" in caplog.text
+    assert not garbage.exists()

@@ -22,6 +22,7 @@ ids become pending, so the next run regenerates them; a foreign file stops the r
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -46,11 +47,13 @@ from .files import (
     rewrite_without,
 )
 from .index import CommittedIndex
-from .journal import ACCEPTED, JournalFile, read_journal
+from .journal import ACCEPTED, KINDS, TURN, JournalFile, read_journal
 from .locks import rewrite_lock
 from .manifest import record_set_aside
 from .partition import id_hash, id_hashes
 from .shards import PartWriter, unstorable_reject
+
+log = logging.getLogger(__name__)
 
 DAMAGED = "damaged"  # RUN_DIR/damaged/: committed files that could not be read, set aside by `regen run`
 
@@ -75,7 +78,11 @@ def recover_journal(
         on_unstorable=lambda row, error: rejects.add(unstorable_reject(row, error)),
     )
     seen: set[int] = set()
-    for entry in read_journal(journal.path):
+    readable = False
+    for entry in read_journal(journal.path, (*KINDS, TURN)):
+        readable = True
+        if entry.kind == TURN:
+            continue  # turns of open conversations: RunStore.open read them before recovery
         h = id_hash(entry.row["id"])
         if h in seen or h in committed[SHARDS] or (entry.kind != ACCEPTED and h in committed[REJECTS]):
             continue
@@ -83,6 +90,13 @@ def recover_journal(
         writer = shards if entry.kind == ACCEPTED else rejects
         writer.add(entry.row)
         writer.write_full_groups()
+    if not readable and journal.path.stat().st_size > 0:
+        log.warning(
+            "%s: journal has no readable line (%d bytes of garbage); ignored and deleted",
+            journal.path,
+            journal.path.stat().st_size,
+            extra={"event": "journal_unreadable", "path": str(journal.path)},
+        )
     for kind, writer in ((SHARDS, shards), (REJECTS, rejects)):
         if writer.commit() is not None:
             with output_errors(run_dir / kind, "sync the directory"):
