@@ -1,7 +1,9 @@
 """Fill each server's batch by itself: size an automatic endpoint's concurrency from what the server reports.
 
-An endpoint with `concurrency = 0` starts from the capacity its server advertises at preflight. While the run
-goes, the sizer reads `/v1/loads` (running and waiting requests, max running requests, per DP rank) and moves the
+An endpoint with `concurrency = 0` starts from the capacity its server advertises at preflight (the effective
+max_running_requests, after SGLang's mamba-cache cap: docs/sglang-versions.md). While the run goes, the sizer reads
+`/v1/loads` (running and waiting requests, and per DP rank `max_running_requests`, which SGLang reports after the
+same cap: `managers/scheduler.py`'s `max_running_requests`, not the launch flag) and moves the
 endpoint's capacity toward "every decode slot busy plus a small queue", so the server's batch refills the moment
 a request finishes without a long queue that would only add latency. When the server's queue holds more than that
 small queue (another client shares the server, or the server runs fewer requests than it says), regen backs off.
