@@ -17,6 +17,7 @@ within a couple of request durations.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from ..errors import EndpointError, RequestError
 from .client import EndpointClient
 
 HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED = "healthy", "degraded", "down", "draining", "retired"
+log = logging.getLogger("regen.endpoints")
 LIVE = (HEALTHY, DEGRADED)
 RAMP_START = 4  # a half-open endpoint starts with capacity / RAMP_START slots (at least one)
 POLL_S = 1.0  # how often a waiting worker re-checks the pool (state changes also wake it at once)
@@ -252,6 +254,7 @@ class Pool:
             return
         self._error(ep, why)
         self._set(ep, DOWN)
+        log.warning("%s: down (%s)", ep.url, why, extra={"event": "endpoint_down", "url": ep.url, "why": why})
         ep.ramp = 0
         ep.down_until = self.clock() + ep.cooldown_s
         ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
@@ -273,6 +276,7 @@ class Pool:
         """A probe passed: half-open the circuit (degraded; one more failure opens it again), then ramp up."""
         if ep.state == DOWN:
             self._set(ep, DEGRADED)
+            log.info("%s: up again, back in the pool", ep.url, extra={"event": "endpoint_up", "url": ep.url})
             ep.consecutive_failures = self.failure_threshold - 1
             ep.down_until = 0.0
             ep.probe_failures = 0
@@ -297,6 +301,7 @@ class Pool:
         """Never use this endpoint again in this run (its configuration is not the one that was checked)."""
         self._set(ep, RETIRED)
         self._error(ep, why)
+        log.warning("%s: retired for this run: %s", ep.url, why, extra={"event": "endpoint_retired", "url": ep.url})
 
     def add(self, ep: EndpointState) -> None:
         ep.state_since = self.clock()
@@ -306,6 +311,9 @@ class Pool:
     def drain(self, ep: EndpointState) -> None:
         """Take no new requests; in-flight ones finish."""
         self._set(ep, DRAINING)
+        log.info(
+            "%s: draining (in-flight requests finish)", ep.url, extra={"event": "endpoint_draining", "url": ep.url}
+        )
 
     def undrain(self, ep: EndpointState) -> None:
         """A drained endpoint was listed again: probe it before use."""

@@ -11,6 +11,7 @@ When an endpoint's `concurrency` is 0, its capacity is taken from what the serve
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
 
@@ -18,6 +19,8 @@ from ..config import Config, EndpointConfig
 from ..endpoints.pool import EndpointState, Pool
 from ..errors import PreflightError, RegenError
 from ..server.preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
+
+log = logging.getLogger("regen.preflight")
 
 AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
 HEADROOM = 1.25  # keep a small queue at the server so its batch refills at once
@@ -66,6 +69,10 @@ class Gate:
             advertised = (result.get("info") or {}).get("effective_max_running_requests")
             ep.capacity = max(1, int(advertised * HEADROOM)) if advertised else AUTO_DEFAULT
             ep.capacity_source = f"server advertises {advertised}" if advertised else "default (server advertised none)"
+        log.info(
+            "%s: admitted (preflight passed), capacity %d (%s)", ep.url, ep.capacity, ep.capacity_source,
+            extra={"event": "endpoint_admitted", "url": ep.url, "capacity": ep.capacity},
+        )  # fmt: skip
         try:
             self.fingerprints[ep.url] = await server_fingerprint(ep.url, self._key(ep), self.cfg.client)
         except RegenError:
@@ -88,6 +95,10 @@ class Gate:
         except RegenError:
             return None  # down again: the health monitor deals with it
         changes = fingerprint_changes(before, now)
+        if changes:
+            log.warning(
+                "%s: server args changed: %s", ep.url, "; ".join(changes), extra={"event": "drift", "url": ep.url}
+            )
         return "restarted with a different configuration: " + "; ".join(changes) if changes else None
 
 
