@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from .doneset import DoneSet, sorted_unique
 from .files import REJECTS, SHARDS, Damaged, DataFile, committed_parts, open_part, read_ids
@@ -24,6 +26,7 @@ class PartIds:
     kind: str  # SHARDS or REJECTS
     hashes: np.ndarray
     stamp: tuple[int, int, int]
+    retryable: np.ndarray  # rejects whose reason is not a verdict on the prompt (RETRYABLE_REASONS): pending again
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -32,6 +35,25 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+# Reject reasons that say nothing about the prompt: the servers or the network failed it (transport errors, 5xx,
+# endpoints going down used up its attempts). A later run retries them without being asked; verdicts stay.
+RETRYABLE_REASONS = ("exhausted_retries",)
+
+
+def _read_hashes(path: Path, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """The id hashes of a part, and for a rejects part those of its retryable rows (ids and reasons only)."""
+    if kind != REJECTS:
+        return id_hashes(read_ids(path)), _NONE
+    table = pq.ParquetFile(path).read(columns=["id", "reason"])
+    hashes = id_hashes(table.column("id").to_pylist())
+    retry = pc.fill_null(pc.is_in(table.column("reason"), value_set=pa.array(RETRYABLE_REASONS)), False)
+    retry = retry.to_numpy(zero_copy_only=False)
+    return hashes, hashes[retry.astype(bool)]
+
+
+_NONE = np.empty(0, dtype=np.uint64)
 
 
 class CommittedIndex:
@@ -63,12 +85,17 @@ class CommittedIndex:
             part = open_part(path, kind == REJECTS)
             if not isinstance(part, DataFile):
                 return part
-            hashes = id_hashes(read_ids(path))
+            hashes, retryable = _read_hashes(path, kind)
         except FileNotFoundError:
             return None
         except (OSError, pa.ArrowException) as exc:  # a footer that reads but pages that do not
             return Damaged(path, f"unreadable id column ({exc})", foreign=False)
-        return PartIds(path, kind, hashes, stamp)
+        return PartIds(path, kind, hashes, stamp, retryable)
+
+    def retryable(self) -> np.ndarray:
+        """Hashes of reject rows that a later run generates again (see RETRYABLE_REASONS)."""
+        arrays = [p.retryable for p in self.parts.values() if len(p.retryable)]
+        return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
 
     def hashes(self, kind: str) -> np.ndarray:
         arrays = [p.hashes for p in self.parts.values() if p.kind == kind]

@@ -133,8 +133,13 @@ class RunStore:
         state = self._resume_state(index, live, retry_rejects, recovered)
         partial = self._partial(turns, state.done)
         state = dataclasses.replace(state, set_aside=moved, partial=partial)
-        if retry_rejects:
-            self._retry_parts = {p.path: p.hashes for p in index.parts.values() if p.kind == REJECTS}
+        # Retried ids leave their old rejects part once committed again: every reject with --retry-rejects, else
+        # the retryable ones (a transport failure is not a verdict on the prompt).
+        self._retry_parts = {
+            p.path: p.hashes if retry_rejects else p.retryable
+            for p in index.parts.values()
+            if p.kind == REJECTS and (retry_rejects or len(p.retryable))
+        }
         seq = self._next_seq()
         self._journal = JournalWriter(self.run_dir / JOURNAL, self.worker_index, seq)
         self._open_turns = {i: [turn_line(i, k, t) for k, t in enumerate(ts)] for i, ts in partial.items()}
@@ -177,6 +182,8 @@ class RunStore:
         # sorted set of the whole run: one concatenation and one sort make the done set (8 MB per million ids).
         shard_parts = [p.hashes for p in index.parts.values() if p.kind == SHARDS]
         rejected = index.done(REJECTS)
+        if not retry_rejects and len(retryable := index.retryable()):
+            rejected = DoneSet(np.setdiff1d(rejected.to_array(), retryable), owned=True)
         parts = [*shard_parts, live] + ([] if retry_rejects else [rejected.to_array()])
         mine = (self.worker_index, self.num_workers)
         return ResumeState(
