@@ -76,6 +76,8 @@ class ClientConfig:
     connect_timeout_s: float = 10.0
     stream: bool = False
     stall_timeout_s: float = 120.0
+    failure_window: int = 100  # the run stops (exit 3) when max_failure_share of the last failure_window requests
+    max_failure_share: float = 0.9  # failed for reasons that are not the prompts' (run/circuit.py)
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     drain_timeout_s: float = 30.0
@@ -248,6 +250,8 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("client.request_timeout_s", _positive, "positive"),
     ("client.connect_timeout_s", _positive, "positive"),
     ("client.stall_timeout_s", _positive, "positive"),
+    ("client.failure_window", _at_least(1), "at least 1"),
+    ("client.max_failure_share", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("client.backoff_base_s", _at_least(0), "0 or more"),
     ("client.backoff_max_s", _at_least(0), "0 or more"),
     ("client.drain_timeout_s", _at_least(0), "0 or more"),

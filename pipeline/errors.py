@@ -8,7 +8,8 @@
     ├── LockedError                 exit 4   another live process holds this worker's share of RUN_DIR
     ├── EndpointError               exit 3   no usable endpoint
     │   ├── PreflightError          exit 3   an endpoint is configured differently from [expect]
-    │   └── FatalEndpointError      exit 3   401/403/404-model: no retry will help
+    │   ├── FatalEndpointError      exit 3   401/403/404-model: no retry will help
+    │   └── InfrastructureError     exit 3   most recent requests failed, not by the prompts' fault (run/circuit.py)
     ├── RequestError                exit 1   one request failed (never escapes a run; decides retry)
     │   ├── PermanentRequestError            400: the prompt itself is at fault (context length, params)
     │   ├── RetryableRequestError            5xx, 503 queue full, timeouts, resets, invalid JSON
@@ -54,6 +55,12 @@ class PreflightError(EndpointError):
 
 
 class FatalEndpointError(EndpointError):
+    exit_code = 3
+
+
+class InfrastructureError(EndpointError):
+    """Failures that are not the prompts' dominate the recent requests; the run stops, the prompts stay pending."""
+
     exit_code = 3
 
 

@@ -215,14 +215,32 @@ def test_a_prompt_the_server_refuses_is_rejected_once_without_blaming_the_endpoi
 
     async def scenario() -> None:
         cfg = make_config(max_attempts=4)
+        async with endpoints(cfg, sim_config(context_length=4096)) as pool:
+            d, sink, metrics = dispatcher(cfg, pool)
+            await d.process(prompt(1))  # the server has served a prompt: a 400 now is this prompt's own
+            await d.process(long)
+            [row] = sink.rejected
+            assert (row["reason"], row["attempts"]) == ("http_4xx", 1)
+            assert metrics.requests == 2
+            ep = pool.endpoints[0]
+            assert ep.state == HEALTHY and ep.errors == 0 and ep.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_400_before_any_completion_is_retried_not_a_verdict() -> None:
+    """Until one prompt has been served, a 400 may be the config's (issue 20): it uses attempts like a 5xx and ends
+    as exhausted_retries, which the next run retries, never as http_4xx."""
+    long = Prompt(id="long", messages=({"role": "user", "content": "word " * 4000},))
+
+    async def scenario() -> None:
+        cfg = make_config(max_attempts=3)
         async with endpoints(cfg, sim_config(context_length=1024)) as pool:
             d, sink, metrics = dispatcher(cfg, pool)
             await d.process(long)
             [row] = sink.rejected
-            assert (row["reason"], row["attempts"]) == ("http_4xx", 1)
-            assert metrics.requests == 1
-            ep = pool.endpoints[0]
-            assert ep.state == HEALTHY and ep.errors == 0 and ep.inflight == 0
+            assert (row["reason"], row["attempts"]) == ("exhausted_retries", 3)
+            assert "before any completion" in row["detail"] and metrics.requests == 3
 
     asyncio.run(scenario())
 

@@ -28,6 +28,7 @@ from ..errors import EndpointDownError, FatalEndpointError, PermanentRequestErro
 from ..records import Completion, Prompt
 from ..schema import accepted_row, rejected_row, turn_entry
 from ..validator import validate
+from .circuit import FailureCircuit
 from .metrics import Metrics
 
 
@@ -60,6 +61,7 @@ class Dispatcher:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         partial: dict[str, list[dict[str, Any]]] | None = None,
+        circuit: FailureCircuit | None = None,
     ):
         self.cfg = cfg
         self.pool = pool
@@ -68,6 +70,7 @@ class Dispatcher:
         self.retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
         self.sleep = sleep
         self.partial = partial if partial is not None else {}  # turns finished before a restart, by prompt id
+        self.circuit = circuit or FailureCircuit(cfg.client.failure_window, cfg.client.max_failure_share)
         self._rids = itertools.count()
         self.inflight: set[asyncio.Task[None]] = set()
         self.stopping = False  # set on SIGINT/SIGTERM: cancellations are the drain's, not the health monitor's
@@ -158,9 +161,13 @@ class Dispatcher:
         except FatalEndpointError:
             await self.pool.release(ep, unused=True)
             raise
-        except PermanentRequestError as exc:  # the prompt itself is at fault (e.g. longer than the context)
+        except PermanentRequestError as exc:  # the prompt is at fault (e.g. longer than the context) ...
             await self.pool.release(ep)
-            t.attempts, t.reason, t.detail, t.final = t.attempts + 1, "http_4xx", str(exc), True
+            if self.circuit.seen_completion:
+                t.attempts, t.reason, t.detail, t.final = t.attempts + 1, "http_4xx", str(exc), True
+                return None
+            # ... unless no prompt has been served yet: then it is more likely the config's (see circuit.py)
+            await self._failed(t, exc, f"before any completion of this run: {exc}")
             return None
         except EndpointDownError as exc:  # the endpoint is at fault: does not use up the prompt's attempts
             t.endpoint_failures += 1
@@ -169,21 +176,28 @@ class Dispatcher:
             self.pool.mark_down(ep, str(exc))
             await self.pool.release(ep, error=exc)
             t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} endpoint failures; last: {exc}"
+            self.circuit.failed(str(exc))
             return None
         except RequestError as exc:  # 5xx, timeouts, invalid JSON: counted, retried after a backoff
-            t.attempts += 1
-            self.metrics.retries += 1
-            self.metrics.record_error(str(exc))
             await self.pool.release(ep, error=exc)
-            t.reason, t.detail = "exhausted_retries", f"{t.attempts} attempts; last: {exc}"
-            if t.attempts < self.cfg.client.max_attempts:
-                await self.sleep(self.retry.delay_for(t.attempts, exc.retry_after))
+            await self._failed(t, exc, str(exc))
             return None
         except asyncio.CancelledError:  # drain timed out: give the slot back; the prompt stays pending
             await asyncio.shield(self.pool.release(ep, unused=True))
             raise
         await self.pool.release(ep, latency=completion.latency_s)
+        self.circuit.completed()
         return completion
+
+    async def _failed(self, t: _Tally, exc: RequestError, detail: str) -> None:
+        """A request failure that uses one of the prompt's attempts, then a backoff unless it was the last."""
+        t.attempts += 1
+        self.metrics.retries += 1
+        self.metrics.record_error(str(exc))
+        t.reason, t.detail = "exhausted_retries", f"{t.attempts} attempts; last: {detail}"
+        self.circuit.failed(str(exc))
+        if t.attempts < self.cfg.client.max_attempts:
+            await self.sleep(self.retry.delay_for(t.attempts, exc.retry_after))
 
     async def _chat(self, prompt: Prompt, ep: EndpointState, attempt: int, rid: str) -> Completion:
         """The request itself, registered with its endpoint so the health monitor can cancel it if it hangs."""

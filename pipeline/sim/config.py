@@ -105,6 +105,7 @@ class SimConfig:
     p_stall: float = 0.0  # stream: role chunk and a few deltas, then silence (connection open) until abort/disconnect
     trickle_s: float = 0.0  # streams send one delta every S seconds: slow but alive
     die_after: int | None = None  # stop serving after N generation responses
+    fail_503_after: int | None = None  # after N generation responses, answer every one with 503 (/health stays 200)
     down_after: int | None = None  # after N generation responses, refuse connections for down_for_s, then recover
     down_for_s: float = 5.0
     host: str = "127.0.0.1"
@@ -230,6 +231,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, _field, help_text in _FAULT_FLAGS:
         f.add_argument(flag, type=_probability, metavar="P", help=help_text)
     f.add_argument("--die-after", type=int, metavar="N", help="stop serving (exit) after N generation responses")
+    f.add_argument(
+        "--fail-503-after",
+        type=int,
+        metavar="N",
+        help="after N generation responses, answer every generation request with 503 while /health stays 200",
+    )
     f.add_argument(
         "--trickle-s",
         type=_seconds,

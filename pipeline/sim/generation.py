@@ -161,6 +161,9 @@ async def _generate(
     sim: Sim, request: web.Request, req: p.GenRequest, rid: str, inflight: Inflight, key: str, attempt: int
 ) -> web.StreamResponse:
     fault = sim.faults.draw(key, attempt)
+    broken = sim.config.fail_503_after
+    if broken is not None and sim.stats.responses >= broken:
+        fault = "503"
     if fault is not None:
         sim.stats.faults[fault] += 1
         _fault_error(sim, fault)
