@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shlex
 import sys
@@ -15,6 +16,8 @@ import orjson
 
 from .config import check_api_keys, load_config, with_endpoints
 from .errors import InputError, Interrupted, RegenError
+from .run.logs import configure as configure_logs
+from .run.logs import json_configured
 
 EPILOG = "Exit codes: 0 done, 1 problem found, 2 bad config or input, 3 no usable endpoint, 4 locked, 130 interrupted."
 
@@ -37,8 +40,14 @@ def _args_run(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--allow-config-change", action="store_true", help="resume despite a changed generation config")
     p.add_argument("--skip-preflight", action="store_true", help="do not check endpoints against [expect]")
+    p.add_argument("--only-ids", type=Path, metavar="FILE", help="send only these ids, one a line (audit --ids-out)")
     _set(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (progress lines on the log instead)")
+    p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one JSON object a line")
+    p.add_argument("--log-level", choices=["debug", "info", "warning"], default="info", help="debug adds commits")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics here (output.metrics_port)"
+    )
 
 
 def _args_preflight(p: argparse.ArgumentParser) -> None:
@@ -91,6 +100,24 @@ def _args_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-rejects", action="store_true", help="also export rejected rows (separately)")
 
 
+def _args_audit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", help="dataset file, folder or glob (default: the config's input.path)")
+    p.add_argument("--config", help="read [input], generation.thinking and [validate] from this config")
+    p.add_argument("--messages-field", help="the conversation field (default auto: messages or conversations)")
+    p.add_argument("--format", choices=["auto", "jsonl", "parquet", "datasets"], help="input format (default auto)")
+    p.add_argument("--id-field", help="the id field (default id)")
+    p.add_argument(
+        "--thinking", action=argparse.BooleanOptionalAction, help="expect reasoning in every turn (default on)"
+    )
+    p.add_argument("--by", metavar="COLUMN", help="also count failures by this column, e.g. source")
+    p.add_argument("--examples", type=int, default=3, metavar="N", help="examples per reason (default 3)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="which examples are shown")
+    _set(p, "override a config key, e.g. validate.max_repetition=0.5")
+    p.add_argument("--ids-out", type=Path, metavar="FILE", help="write the failing ids here, one a line")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--json", action="store_true")
+
+
 def _args_merge(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--target-rows", type=int, default=10_000, metavar="N")
@@ -105,6 +132,7 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] =
     ("inspect", "quality stats and random samples of a RUN_DIR", _args_inspect),
     ("validate", "re-run the validators over committed shards", _args_validate),
     ("export", "training-ready export (chat, sharegpt, OpenAI batch output) + dataset card", _args_export),
+    ("audit", "measure an existing dataset's assistant turns with the run's validators", _args_audit),
     ("merge", "combine small shards into shards of a target size", _args_merge),
 ]
 
@@ -139,11 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(COMMANDS[args.command](args) or 0)
     except Interrupted as exc:
-        print(f"regen: {exc}", file=sys.stderr)
-        print(f"resume with: regen {' '.join(shlex.quote(a) for a in argv)}", file=sys.stderr)
+        _say(f"{exc}", logging.WARNING)
+        _say(f"resume with: regen {' '.join(shlex.quote(a) for a in argv)}", logging.WARNING)
         return exc.exit_code
     except RegenError as exc:
-        print(f"regen: error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}", logging.ERROR)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -169,14 +197,19 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    bar = not args.no_progress and sys.stderr.isatty()  # a bar's \r frames only on a terminal, never in a file
+    configure_logs(args.log_format, args.log_level, progress_lines=not bar)
     from .run.memory import tune_for_run
 
     tune_for_run()
+    from .dataset.audit import read_ids
     from .run.runner import RunOptions, run, worker_from_env
 
     overrides = list(args.set)
     if args.output:
         overrides.append(f"output.dir={orjson.dumps(args.output).decode()}")
+    if args.metrics_port is not None:
+        overrides.append(f"output.metrics_port={args.metrics_port}")
     cfg = with_endpoints(load_config(args.config, overrides), args.endpoint)
     check_api_keys(cfg, args.config)
     index, count = worker_from_env(args.worker_index, args.num_workers)
@@ -189,18 +222,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         allow_config_change=args.allow_config_change,
         skip_preflight=args.skip_preflight,
         input_path=args.input,
+        only_ids=read_ids(args.only_ids) if args.only_ids else None,
     )
     from .run.progress import Progress
 
-    with Progress(enabled=not args.no_progress) as progress:
+    with Progress(enabled=bar) as progress:
         summary = run(cfg, options, on_progress=progress.update)
-    progress.print_summary(summary.metrics, summary.run_dir)
+        progress.update(summary.metrics)  # the last frame: 100%, not where the last tick left it
+    progress.print_summary(summary.metrics, summary.run_dir, as_log=args.log_format == "json")
     for move in summary.set_aside:
-        print(
-            f"regen: set aside {move['from']} -> {move['to']} ({move['problem']}); its ids are pending again",
-            file=sys.stderr,
-        )
+        _say(f"set aside {move['from']} -> {move['to']} ({move['problem']}); its ids are pending again")
     return 0
+
+
+def _say(message: str, level: int = logging.INFO) -> None:
+    """A message to the user on stderr: a log record when the log is JSON (every line one object), else a line."""
+    if json_configured():
+        logging.getLogger("regen.cli").log(level, message)
+    else:
+        print(f"regen: {message}", file=sys.stderr)
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -277,10 +317,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .dataset.audit import AuditOptions, audit_dataset, format_audit
+
+    cfg = load_config(args.config, args.set)
+    given = {"format": args.format, "messages_field": args.messages_field, "id_field": args.id_field}
+    opts = AuditOptions.from_config(
+        cfg, **given, thinking=args.thinking, by=args.by, seed=args.seed, examples=args.examples
+    )
+    report = audit_dataset(args.path or cfg.input.path, opts, ids_out=args.ids_out)
+    if args.html:
+        from .inspection.audit_page import write_audit_html
+
+        write_audit_html(report, args.html)
+    _print_json(report) if args.json else print(format_audit(report))
+    return 1 if report["failing_rows"] else 0
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from .store.merge import merge_run
 
     result = merge_run(_run_dir(args.run_dir), target_rows=args.target_rows, rejects=args.rejects)
+    if not result["merged"]:
+        n, target = result["before_files"], args.target_rows
+        print(f"nothing to merge: {n} files, already as few as --target-rows {target} allows")
+        return 0
     print(f"merged {result['rows']} rows: {result['before_files']} files -> {result['after_files']} files")
     return 0
 
@@ -300,6 +361,7 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "validate": cmd_validate,
     "export": cmd_export,
+    "audit": cmd_audit,
     "merge": cmd_merge,
     "sim": cmd_sim,
 }

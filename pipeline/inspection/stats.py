@@ -166,23 +166,36 @@ def _accepted_completions(d: Derived, rows: np.ndarray) -> np.ndarray:
     return completion
 
 
+def endpoint_table(d: Derived) -> dict[str, dict[str, Any]]:
+    """`group_table` per endpoint, over the rows that reached one: a `bad_input` reject (or any row without an
+    endpoint) never met a server, so it is neither a group of its own nor part of the others' rates."""
+    f = d.frame
+    served = np.ones(len(f), dtype=bool)
+    if "" in f.endpoints:
+        served &= f.endpoint != f.endpoints.index("")
+    return group_table(d, f.endpoint, f.endpoints, within=served)
+
+
 def group_table(
-    d: Derived, codes: np.ndarray, names: list[str], *, same_kind: bool = False
+    d: Derived, codes: np.ndarray, names: list[str], *, same_kind: bool = False, within: np.ndarray | None = None
 ) -> dict[str, dict[str, Any]]:
     """One row per group, each compared with all the other rows pooled. `same_kind`: compare a group only with
     groups of its kind (shards with shards, rejects files with rejects files), since a rejects file is full of
-    truncations by construction.
+    truncations by construction. `within`: only these rows count, as members and as the others.
 
     Linear in rows, not rows x groups: counts come from one bincount per measure, the others' counts are the
     totals minus the group's, and the others' median is found in the sorted totals (`_median_without`).
     """
     f = d.frame
     n = len(names)
-    groups = _tally(d, codes, n)
+    groups = _tally(d, codes, n, within)
     kinds = f.rejected.astype(np.int8) if same_kind else np.zeros(len(f), dtype=np.int8)
-    totals = _tally(d, kinds, 2)
-    universe = [_accepted_completions(d, kinds == k) for k in (0, 1)]
+    totals = _tally(d, kinds, 2, within)
+    rows = np.ones(len(f), dtype=bool) if within is None else within
+    universe = [_accepted_completions(d, (kinds == k) & rows) for k in (0, 1)]
     order = np.argsort(codes, kind="stable")
+    if within is not None:
+        order = order[within[order]]
     bounds = np.searchsorted(codes[order], np.arange(n + 1))
     table: dict[str, dict[str, Any]] = {}
     for code, name in sorted(enumerate(names), key=lambda pair: pair[1]):  # codes follow thread timing

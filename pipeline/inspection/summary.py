@@ -59,7 +59,7 @@ def inspect_run(
     report.update(_problems(d))
     labels = [_label(f) for f in frame.files]
     report["per_shard"] = stats.group_table(d, frame.file_idx, labels, same_kind=True)
-    report["per_endpoint"] = stats.group_table(d, frame.endpoint, frame.endpoints)
+    report["per_endpoint"] = stats.endpoint_table(d)  # rows that never reached a server are no endpoint
     report["flagged"] = [
         {"kind": kind, "name": name, "flags": row["flags"]}
         for kind, table in (("shard", report["per_shard"]), ("endpoint", report["per_endpoint"]))

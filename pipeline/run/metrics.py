@@ -1,11 +1,37 @@
-"""Counters and rates of one run. No printing: the CLI draws them, the runner writes them to RUN_DIR/metrics/."""
+"""Counters and rates of one run. No printing: the CLI draws them, the runner writes them to RUN_DIR/metrics/,
+and the Prometheus exporter serves them (pipeline/run/prometheus.py)."""
 
 from __future__ import annotations
 
+import bisect
+import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .dispatcher import Sink
+
+log = logging.getLogger("regen.run")
+
+COMMIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass
+class Latencies:
+    """A fixed-bucket histogram (Prometheus `le` buckets, not cumulative here; the last count is +Inf)."""
+
+    buckets: tuple[float, ...] = COMMIT_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(COMMIT_BUCKETS) + 1))
+    sum: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
+        self.sum += seconds
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"buckets": list(self.buckets), "counts": list(self.counts), "sum": self.sum}
 
 
 @dataclass
@@ -19,6 +45,9 @@ class Metrics:
     requests: int = 0
     retries: int = 0
     endpoint_failures: int = 0
+    completions_by_endpoint: Counter[str] = field(default_factory=Counter)  # accepted rows stored
+    output_tokens_by_endpoint: Counter[str] = field(default_factory=Counter)  # their completion tokens
+    commit_seconds: Latencies = field(default_factory=Latencies)  # each journal sync (and the commits it made)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=10))
     started: float = field(default_factory=time.monotonic)
     _window: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=120))
@@ -39,6 +68,12 @@ class Metrics:
         self.rejected += 1
         self.rejected_by_reason[reason] += 1
         self.output_tokens += completion_tokens or 0
+
+    def record_stored(self, row: dict[str, Any]) -> None:
+        """An accepted row reached the store: count it for the endpoint that generated it."""
+        endpoint = row.get("endpoint") or ""
+        self.completions_by_endpoint[endpoint] += 1
+        self.output_tokens_by_endpoint[endpoint] += row.get("completion_tokens") or 0
 
     def record_error(self, message: str) -> None:
         self.last_errors.append(message)
@@ -72,7 +107,35 @@ class Metrics:
             "requests": self.requests,
             "retries": self.retries,
             "endpoint_failures": self.endpoint_failures,
+            "completions_by_endpoint": dict(self.completions_by_endpoint),
+            "output_tokens_by_endpoint": dict(self.output_tokens_by_endpoint),
+            "commit_seconds": self.commit_seconds.snapshot(),
             "elapsed_s": time.monotonic() - self.started,
             "last_errors": list(self.last_errors),
             **self.rates(),
         }
+
+
+class CountingSink:
+    """The store as the dispatcher sees it: counts stored rows by endpoint and logs prompts out of retries."""
+
+    def __init__(self, sink: Sink, metrics: Metrics):
+        self.sink = sink
+        self.metrics = metrics
+
+    def add_accepted(self, row: dict[str, Any]) -> None:
+        self.sink.add_accepted(row)
+        self.metrics.record_stored(row)
+
+    def add_turn(self, prompt_id: str, k: int, turn: dict[str, Any]) -> None:
+        self.sink.add_turn(prompt_id, k, turn)
+
+    def add_rejected(self, row: dict[str, Any]) -> None:
+        self.sink.add_rejected(row)
+        if row.get("reason") == "exhausted_retries":
+            log.warning(
+                "%s: rejected, retries exhausted (%s)",
+                row.get("id"),
+                row.get("detail"),
+                extra={"event": "retries_exhausted", "id": row.get("id"), "detail": row.get("detail")},
+            )

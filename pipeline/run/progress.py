@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, *, enabled: bool = True):
+    """A tqdm bar over every prompt this worker owns: resumed prompts fill it from the start (`initial`) but do not
+    count towards the rate, so a resumed run opens at its real speed, and the last frame is drawn from the final
+    snapshot, so a finished run ends at 100%."""
+
+    def __init__(self, *, enabled: bool = True, file: TextIO | None = None):
         self.enabled = enabled
+        self.file = file
         self.bar: tqdm[Any] | None = None
 
     def __enter__(self) -> Progress:
@@ -24,17 +30,43 @@ class Progress:
     def update(self, snap: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        finished = snap["already_done"] + snap["done"]
         if self.bar is None:
-            todo = max(0, snap["total"] - snap["already_done"])
-            self.bar = tqdm(total=todo, unit="prompt", dynamic_ncols=True, file=sys.stderr, smoothing=0.1)
-        self.bar.n = snap["done"]
+            # Prompts finished before the bar opens (resumed, or done before the first snapshot) are its initial
+            # count: tqdm's rate is (n - initial) / elapsed, so they never show as prompts done in no time.
+            self.bar = tqdm(
+                total=snap["total"],
+                initial=finished,
+                unit="prompt",
+                dynamic_ncols=True,
+                file=self.file or sys.stderr,
+                smoothing=0.1,
+            )
         rejects = ",".join(f"{k}={v}" for k, v in sorted(snap["rejected_by_reason"].items())) or "0"
         inflight = " ".join(f"{i}:{e['inflight']}" for i, e in enumerate(snap.get("endpoints", {}).values()))
         rate = snap.get("recent_output_tokens_per_s", snap["output_tokens_per_s"])
         self.bar.set_postfix_str(f"tok/s={rate:,.0f} rejects={rejects} inflight={inflight}", refresh=False)
+        self.bar.update(finished - self.bar.n)  # through update(), so the smoothed rate sees every step
         self.bar.refresh()
 
-    def print_summary(self, snap: dict[str, Any], run_dir: Path) -> None:
+    def print_summary(self, snap: dict[str, Any], run_dir: Path, *, as_log: bool = False) -> None:
+        """The end of a run in a few lines, or (`as_log`) one `summary` record with the numbers as fields."""
+        if as_log:
+            keep = ("total", "already_done", "done", "accepted", "rejected", "rejected_by_reason", "pending")
+            logging.getLogger("regen.run").info(
+                "run %s: %d prompts finished in %.1fs (%d accepted, %d rejected; %d pending)",
+                run_dir, snap["done"], snap["elapsed_s"], snap["accepted"], snap["rejected"], snap["pending"],
+                extra={
+                    "event": "summary",
+                    "run_dir": str(run_dir),
+                    **{k: snap[k] for k in keep},
+                    "elapsed_s": round(snap["elapsed_s"], 3),
+                    "completions_per_s": round(snap["completions_per_s"], 3),
+                    "output_tokens_per_s": round(snap["output_tokens_per_s"], 1),
+                    "endpoints": {url: ep["state"] for url, ep in snap.get("endpoints", {}).items()},
+                },
+            )  # fmt: skip
+            return
         lines = [
             f"regen: run {run_dir}: {snap['done']} prompts finished in {snap['elapsed_s']:.1f}s "
             f"({snap['accepted']} accepted, {snap['rejected']} rejected; "

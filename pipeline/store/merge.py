@@ -49,7 +49,8 @@ def merge_run(
     """Combine the parts of shards/ (and rejects/ if asked) smaller than `target_rows` into parts of
     `target_rows` rows (the last one of each folder smaller). Parts already at least that big are left alone.
 
-    Returns `{before_files, after_files, rows, merged_inputs, outputs, recovered}`; counts cover the merged folders.
+    Returns `{merged, before_files, after_files, rows, merged_inputs, outputs, recovered}`; counts cover the merged
+    folders; `merged` is false when this call combined no parts (nothing would shrink).
     """
     if target_rows < 1:
         raise ConfigError(f"--target-rows must be at least 1, got {target_rows}")
@@ -65,6 +66,7 @@ def merge_run(
             merged_inputs, outputs = merged_inputs + n_in, outputs + n_out
         after = [p for f in folders for p in readable_parts(f)]
     return {
+        "merged": merged_inputs > 0,
         "before_files": len(before),
         "after_files": len(after),
         "rows": sum(pq.ParquetFile(p).metadata.num_rows for p in after),

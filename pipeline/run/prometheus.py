@@ -1,0 +1,141 @@
+"""Prometheus metrics of one run, served at http://HOST:PORT/metrics while it lives (`output.metrics_port`).
+
+The runner publishes a snapshot of its counters about twice a second (the same snapshot the progress bar and
+RUN_DIR/metrics/ get); a scrape reads the last one, on the server's own thread, and never touches the event loop
+or the hot path. Every metric is built from that snapshot at scrape time on a registry of this run's own (never
+the process-wide default one), so several runs in one process, as in tests, each serve their own. Names and labels
+are documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..endpoints.pool import DEGRADED, DOWN, DRAINING, HEALTHY, RETIRED
+from ..errors import ConfigError
+
+STATES = (HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED)
+
+
+class Exporter(Collector):
+    def __init__(self, host: str, port: int, *, worker: int = 0):
+        self.host, self.port, self.worker = host, port, str(worker)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self._snap: dict[str, Any] | None = None
+        self._finished = False
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def start(self) -> None:
+        try:
+            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"output.metrics_port: cannot serve metrics on {self.host}:{self.port}: {exc}") from None
+        self.port = self._server.server_port
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=5)
+            self._server = self._thread = None
+
+    def publish(self, snap: dict[str, Any], *, finished: bool = False) -> None:
+        """The snapshot scrapes will read (built on the event loop and never changed after: replaced whole)."""
+        self._snap, self._finished = snap, finished
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snap
+        yield _gauge("regen_run_finished", "1 once this run has ended", [], [([], float(self._finished))], self.worker)
+        if snap is None:
+            return
+        yield from self._run_metrics(snap)
+        yield from self._endpoint_metrics(snap.get("endpoints", {}))
+        commit = snap.get("commit_seconds")
+        if commit:
+            yield self._histogram("regen_commit_seconds", "journal sync (fsync and shard commits), seconds", commit)
+
+    def _run_metrics(self, s: dict[str, Any]) -> Iterator[Metric]:
+        w = self.worker
+        by_endpoint = s.get("completions_by_endpoint", {})
+        tokens = s.get("output_tokens_by_endpoint", {})
+        yield _counter(
+            "regen_completions",
+            "accepted completions stored",
+            ["endpoint"],
+            [([e], n) for e, n in by_endpoint.items()],
+            w,
+        )
+        yield _counter(
+            "regen_output_tokens", "completion tokens of accepted completions", ["endpoint"],
+            [([e], n) for e, n in tokens.items()], w,
+        )  # fmt: skip
+        yield _counter(
+            "regen_rejects", "prompts rejected, by reason", ["reason"],
+            [([r], n) for r, n in s["rejected_by_reason"].items()], w,
+        )  # fmt: skip
+        yield _counter("regen_requests", "generation requests sent", [], [([], s["requests"])], w)
+        yield _counter(
+            "regen_retries", "requests retried after a 5xx, timeout or bad response", [], [([], s["retries"])], w
+        )
+        yield _counter(
+            "regen_endpoint_failures", "requests lost to an endpoint going down", [], [([], s["endpoint_failures"])], w
+        )
+        yield _gauge("regen_prompts_owned", "prompts this worker owns in the input", [], [([], s["total"])], w)
+        yield _gauge(
+            "regen_prompts_finished", "prompts in shards or rejects", [], [([], s["already_done"] + s["done"])], w
+        )
+        yield _gauge("regen_prompts_pending", "prompts not finished yet", [], [([], s["pending"])], w)
+        yield _gauge("regen_queue_depth", "prompts read and waiting for a slot", [], [([], s.get("queue_depth", 0))], w)
+
+    def _endpoint_metrics(self, endpoints: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+        w = self.worker
+        for name, key, doc in (
+            ("regen_endpoint_inflight", "inflight", "requests in flight"),
+            ("regen_endpoint_capacity", "capacity", "requests this worker may have in flight"),
+        ):
+            yield _gauge(name, doc, ["endpoint"], [([url], ep[key]) for url, ep in endpoints.items()], w)
+        states = [([url, st], float(ep["state"] == st)) for url, ep in endpoints.items() for st in STATES]
+        yield _gauge("regen_endpoint_state", "1 for the endpoint's current state", ["endpoint", "state"], states, w)
+        for name, key, doc in (
+            ("regen_endpoint_responses", "ok", "requests answered"),
+            ("regen_endpoint_errors", "errors", "requests failed"),
+        ):
+            yield _counter(name, doc, ["endpoint"], [([url], ep[key]) for url, ep in endpoints.items()], w)
+
+    def _histogram(self, name: str, doc: str, h: dict[str, Any]) -> Metric:
+        family = HistogramMetricFamily(name, doc, labels=["worker"])
+        cumulative, buckets = 0, []
+        for bound, count in zip([*h["buckets"], float("inf")], h["counts"], strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+        family.add_metric([self.worker], buckets, h["sum"])
+        return family
+
+
+def _counter(name: str, doc: str, labels: list[str], values: list[tuple[list[str], float]], worker: str) -> Metric:
+    family = CounterMetricFamily(name, doc, labels=["worker", *labels])
+    for label_values, value in values:
+        family.add_metric([worker, *label_values], value)
+    return family
+
+
+def _gauge(
+    name: str, doc: str, labels: list[str], values: list[tuple[list[str], float]], worker: str | None = None
+) -> Metric:
+    family = GaugeMetricFamily(name, doc, labels=(["worker"] if worker is not None else []) + labels)
+    for label_values, value in values:
+        family.add_metric(([worker] if worker is not None else []) + label_values, value)
+    return family
