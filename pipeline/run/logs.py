@@ -67,7 +67,7 @@ class Burst(logging.Filter):
 
     Progress lines and records of WARNING and above that carry no event name always pass."""
 
-    def __init__(self, burst: int = 20, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, burst: int = 10, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.burst, self.window_s, self.clock = burst, window_s, clock
         self._seen: dict[tuple[str, str], tuple[float, int]] = {}
@@ -95,6 +95,18 @@ class Burst(logging.Filter):
 _HANDLER_NAME = "regen-cli"
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (the CLI run in-process by tests swaps it per test)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def configure(
     fmt: str = "text", level: str | int = "INFO", *, stream: TextIO | None = None, progress_lines: bool = True
 ) -> logging.Handler:
@@ -105,7 +117,7 @@ def configure(
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(Burst())
