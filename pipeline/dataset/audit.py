@@ -1,0 +1,392 @@
+"""`regen audit`: measure an existing dataset with the validators of `regen run`, before regenerating anything.
+
+Every row's stored assistant turns (dataset/stored.py: reasoning in a field or inline `<think>`, an unterminated
+`<think>` = truncated, a missing answer after a trailing user turn = an empty turn) go through `validator.validate`
+exactly as a completion would. A row fails when one of its turns fails, or when it cannot be read as a
+conversation (`bad_input`). The report counts rows and turns by reason, by turn index and by a column of the data,
+gives length distributions and a few examples per reason (seeded), and `--ids-out` lists the failing rows.
+
+One streaming pass: rows are read `batch_rows` at a time and only counters, fixed-size samples (lengths and
+examples) and the group table (at most MAX_GROUPS values) are kept, so memory does not grow with the row count.
+`audit_row` is also what `input.select = "invalid"` (run/reader.py) and the repaired export (dataset/repair.py) use,
+so the three agree on which rows are broken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+
+from .. import conversation
+from ..config import Config, ValidateConfig
+from ..errors import InputError, OutputError
+from ..records import Verdict
+from ..validator import validate
+from .input_files import Broken, resolve
+from .stored import StoredTurn, given_id, read_chunks, stored_turns
+
+BAD_INPUT = "bad_input"
+MAX_GROUPS = 1000  # distinct values of the --by column kept apart; the rest count under OTHER
+OTHER = "(other)"
+EXAMPLE_CHARS = 600
+PERCENTILES = (1, 10, 50, 90, 99)
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How to read and judge the rows: `[input]`-like fields, whether thinking is expected, the validators."""
+
+    format: str = "auto"
+    id_field: str = "id"
+    messages_field: str = "auto"
+    prompt_field: str = "prompt"
+    thinking: bool = True
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
+    by: str = ""
+    seed: int = 0
+    examples: int = 3
+    batch_rows: int = 1024
+
+    @classmethod
+    def from_config(cls, cfg: Config, **overrides: Any) -> AuditOptions:
+        inp = cfg.input
+        base = cls(
+            format=inp.format,
+            id_field=inp.id_field,
+            messages_field=inp.messages_field,
+            prompt_field=inp.prompt_field,
+            thinking=cfg.generation.thinking,
+            validate=cfg.validate,
+        )
+        return _replace(base, overrides)
+
+
+def _replace(opts: AuditOptions, overrides: dict[str, Any]) -> AuditOptions:
+    return dataclasses.replace(opts, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass(frozen=True, slots=True)
+class RowAudit:
+    """The verdict on each stored assistant turn of one row, or why the row is unreadable (`bad`)."""
+
+    turns: tuple[tuple[StoredTurn, Verdict], ...] = ()
+    bad: str = ""
+
+    @property
+    def failing(self) -> bool:
+        return bool(self.bad) or any(not v.ok for _, v in self.turns)
+
+    def reasons(self) -> list[str]:
+        """The reason codes of the row's failing turns, each once, in turn order."""
+        if self.bad:
+            return [BAD_INPUT]
+        return list(dict.fromkeys(v.reason or "" for _, v in self.turns if not v.ok))
+
+
+def audit_row(data: Any, opts: AuditOptions) -> RowAudit:
+    """Judge one row as read from a file (a dict, or Broken)."""
+    if isinstance(data, Broken):
+        return RowAudit(bad=data.detail)
+    if not isinstance(data, dict):
+        return RowAudit(bad=f"row is a JSON {conversation.type_name(data)}, not an object")
+    found = conversation.find_conversation(data, opts.messages_field)
+    try:
+        if found is None:
+            raw: Any = [{"role": "user", "content": data.get(opts.prompt_field)}]
+            if not isinstance(raw[0]["content"], str):
+                return RowAudit(bad=f"no conversation and no {opts.prompt_field!r} field")
+            messages = conversation.parse(raw, opts.prompt_field)
+        else:
+            raw, messages = found[1], conversation.parse(found[1], found[0])
+        turns = stored_turns(raw, messages)
+    except conversation.ConversationError as exc:
+        return RowAudit(bad=str(exc))
+    return RowAudit(tuple((turn, _judge(turn, opts)) for turn in turns))
+
+
+def _judge(turn: StoredTurn, opts: AuditOptions) -> Verdict:
+    verdict = validate(turn.completion(), opts.validate, opts.thinking)
+    if turn.missing and not verdict.ok:
+        return Verdict(False, verdict.reason, "no assistant turn after the last user turn")
+    return verdict
+
+
+def audit_dataset(path: str, opts: AuditOptions = AuditOptions(), *, ids_out: Path | None = None) -> dict[str, Any]:
+    """Audit every row under `path` (a file, folder, glob or datasets folder); InputError when it cannot be read.
+
+    Returns the report (keys in docs/audit.md); with `ids_out`, writes the failing rows' ids there, one a line
+    (the id field, or `row:<n>`, 0-based over all rows in reading order, when a row has none), atomically.
+    """
+    kinds = resolve(path, opts.format)
+    columns = [opts.id_field, *conversation.CONVERSATION_FIELDS, opts.messages_field, opts.prompt_field, opts.by]
+    columns = [c for c in dict.fromkeys(columns) if c and c != "auto"]
+    tally = _Tally(opts)
+    started = time.perf_counter()
+    with _IdsFile(ids_out) as ids:
+        index = 0
+        for file, rows in read_chunks(kinds, columns, opts.batch_rows):
+            for row, data in rows:
+                result = audit_row(data, opts)
+                label = (given_id(data, opts.id_field) if isinstance(data, dict) else None) or f"row:{index}"
+                tally.add(result, data, label, f"{file}:{row}")
+                if result.failing:
+                    ids.write(label)
+                index += 1
+            tally.flush()
+    elapsed = time.perf_counter() - started
+    report = tally.report()
+    report.update(path=path, files=[str(p) for p in kinds], elapsed_s=round(elapsed, 3))
+    report["rows_per_s"] = round(report["rows"] / elapsed, 1) if elapsed > 0 else None
+    return report
+
+
+# ---------------------------------------------------------------- counting
+
+
+class _Tally:
+    """Counters, the group table, length samples and examples of one audit."""
+
+    def __init__(self, opts: AuditOptions) -> None:
+        self.opts = opts
+        self.rows = self.turns = self.missing = self.failing_rows = self.failing_turns = 0
+        self.by_reason: Counter[str] = Counter()
+        self.turns_by_reason: Counter[str] = Counter()
+        self.by_turn: dict[int, dict[str, Any]] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.examples = _Examples(opts.seed, opts.examples)
+        self.lengths = {"answer_chars": _Reservoir(opts.seed), "reasoning_chars": _Reservoir(opts.seed + 1)}
+        self._pending: dict[str, list[float]] = {name: [] for name in self.lengths}
+
+    def add(self, result: RowAudit, data: Any, label: str, source: str) -> None:
+        self.rows += 1
+        reasons = result.reasons()
+        if reasons:
+            self.failing_rows += 1
+            self.by_reason.update(reasons)
+        if result.bad:
+            self.examples.offer(BAD_INPUT, {"id": label, "source": source, "detail": result.bad})
+        for k, (turn, verdict) in enumerate(result.turns):
+            self._turn(k, turn, verdict, label, source)
+        if self.opts.by:
+            self._group(data, reasons)
+
+    def _turn(self, k: int, turn: StoredTurn, verdict: Verdict, label: str, source: str) -> None:
+        self.turns += 1
+        self.missing += turn.missing
+        at = self.by_turn.setdefault(k, {"turns": 0, "failing": 0, "by_reason": Counter()})
+        at["turns"] += 1
+        if not turn.missing:
+            self._pending["answer_chars"].append(len(turn.answer))
+            self._pending["reasoning_chars"].append(len(turn.reasoning or ""))
+        if verdict.ok:
+            return
+        reason = verdict.reason or ""
+        self.failing_turns += 1
+        self.turns_by_reason[reason] += 1
+        at["failing"] += 1
+        at["by_reason"][reason] += 1
+        example = {"id": label, "source": source, "turn": k, "detail": verdict.detail}
+        self.examples.offer(reason, lambda: {**example, **_texts(turn)})
+
+    def _group(self, data: Any, reasons: list[str]) -> None:
+        value = data.get(self.opts.by) if isinstance(data, dict) else None
+        name = value if isinstance(value, str) else "(none)" if value is None else orjson.dumps(value).decode()
+        if name not in self.groups and len(self.groups) >= MAX_GROUPS:
+            name = OTHER
+        group = self.groups.setdefault(name, {"rows": 0, "failing_rows": 0, "by_reason": Counter()})
+        group["rows"] += 1
+        group["failing_rows"] += bool(reasons)
+        group["by_reason"].update(reasons)
+
+    def flush(self) -> None:
+        for name, values in self._pending.items():
+            self.lengths[name].extend(values)
+            values.clear()
+
+    def report(self) -> dict[str, Any]:
+        self.flush()
+        rows = self.rows
+        return {
+            "rows": rows,
+            "assistant_turns": self.turns,
+            "missing_turns": self.missing,
+            "failing_rows": self.failing_rows,
+            "failing_share": self.failing_rows / rows if rows else 0.0,
+            "failing_turns": self.failing_turns,
+            "by_reason": _sorted(self.by_reason),
+            "by_reason_share": {k: v / rows for k, v in _sorted(self.by_reason).items()},
+            "turns_by_reason": _sorted(self.turns_by_reason),
+            "by_turn": {str(k): {**v, "by_reason": _sorted(v["by_reason"])} for k, v in sorted(self.by_turn.items())},
+            "by": self.opts.by or None,
+            "groups": {
+                k: {**v, "failing_share": v["failing_rows"] / v["rows"], "by_reason": _sorted(v["by_reason"])}
+                for k, v in sorted(self.groups.items(), key=lambda kv: -kv[1]["rows"])
+            },
+            "lengths": {name: r.percentiles() for name, r in self.lengths.items()},
+            "histograms": {name: r.histogram() for name, r in self.lengths.items()},
+            "examples": self.examples.chosen(),
+            "thinking": self.opts.thinking,
+            "seed": self.opts.seed,
+        }
+
+
+def _sorted(counts: Counter[str]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _texts(turn: StoredTurn) -> dict[str, Any]:
+    return {"answer": _clip(turn.answer), "reasoning": _clip(turn.reasoning or ""), "style": turn.style}
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS // 2] + " … " + text[-EXAMPLE_CHARS // 2 :]
+
+
+class _Examples:
+    """Up to `k` examples per reason, a uniform choice among all (reservoir sampling, seeded): the same data and
+    seed give the same examples. An example's text is built only when it is kept."""
+
+    def __init__(self, seed: int, k: int) -> None:
+        self.rng = random.Random(seed)
+        self.k = k
+        self.seen: Counter[str] = Counter()
+        self.kept: dict[str, list[dict[str, Any]]] = {}
+
+    def offer(self, reason: str, example: Any) -> None:
+        self.seen[reason] += 1
+        kept = self.kept.setdefault(reason, [])
+        if len(kept) < self.k:
+            kept.append(example() if callable(example) else example)
+        elif (j := self.rng.randrange(self.seen[reason])) < self.k:
+            kept[j] = example() if callable(example) else example
+
+    def chosen(self) -> dict[str, list[dict[str, Any]]]:
+        return {reason: self.kept[reason] for reason in sorted(self.kept)}
+
+
+class _Reservoir:
+    """Exact count, mean and max, and a uniform sample of at most `size` values for percentiles (Algorithm R,
+    vectorised per chunk, seeded), so a length distribution costs the same memory at 1K or 1M turns."""
+
+    def __init__(self, seed: int, size: int = 100_000) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.size = size
+        self.values = np.empty(size, dtype=np.float64)
+        self.seen = 0
+        self.total = 0.0
+        self.max = 0.0
+
+    def extend(self, chunk: list[float]) -> None:
+        if not chunk:
+            return
+        x = np.asarray(chunk, dtype=np.float64)
+        self.total += float(x.sum())
+        self.max = max(self.max, float(x.max()))
+        free = max(0, min(len(x), self.size - self.seen))
+        self.values[self.seen : self.seen + free] = x[:free]
+        if free < len(x):
+            slots = self.rng.integers(0, np.arange(self.seen + free, self.seen + len(x)) + 1)
+            keep = slots < self.size
+            self.values[slots[keep]] = x[free:][keep]
+        self.seen += len(x)
+
+    def sample(self) -> np.ndarray:
+        return self.values[: min(self.seen, self.size)]
+
+    def percentiles(self) -> dict[str, float | None]:
+        if not self.seen:
+            return {"count": 0, **{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
+        qs = np.percentile(self.sample(), PERCENTILES)
+        out: dict[str, float | None] = {"count": self.seen}
+        out.update({f"p{q}": float(v) for q, v in zip(PERCENTILES, qs, strict=True)})
+        out.update(mean=self.total / self.seen, max=self.max)
+        return out
+
+    def histogram(self, bins: int = 40) -> dict[str, list[float]]:
+        sample = self.sample()
+        if not sample.size:
+            return {"edges": [], "counts": []}
+        counts, edges = np.histogram(sample, bins=bins)
+        scale = self.seen / sample.size  # a sampled histogram, scaled back to the number of turns
+        return {"edges": edges.tolist(), "counts": (counts * scale).round().tolist()}
+
+
+# ---------------------------------------------------------------- the id list
+
+
+class _IdsFile:
+    """The failing ids, one a line, written to a hidden file and renamed into place when the audit completes."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.tmp") if path else None
+        self.fh: IO[str] | None = None
+
+    def __enter__(self) -> _IdsFile:
+        if self.tmp is not None:
+            try:
+                self.fh = self.tmp.open("w", encoding="utf-8")
+            except OSError as exc:
+                raise OutputError(f"{self.path}: cannot write the id list: {exc}") from None
+        return self
+
+    def write(self, label: str) -> None:
+        if self.fh is not None:
+            self.fh.write(label + "\n")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if self.fh is None or self.tmp is None or self.path is None:
+            return
+        self.fh.close()
+        if exc_type is None:
+            os.replace(self.tmp, self.path)
+        else:
+            self.tmp.unlink(missing_ok=True)
+
+
+def read_ids(path: Path) -> frozenset[str]:
+    """The ids of an `--ids-out` file (or any list of ids, one a line; blank lines are skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the id list: {exc}") from None
+    return frozenset(line.strip() for line in text.splitlines() if line.strip())
+
+
+# ---------------------------------------------------------------- text
+
+
+def format_audit(r: dict[str, Any]) -> str:
+    """The report as a few lines for a terminal."""
+    rows = r["rows"]
+    lines = [
+        f"audited {rows:,} rows, {r['assistant_turns']:,} assistant turns ({r['missing_turns']:,} missing) "
+        f"in {len(r['files'])} files, {r['elapsed_s']:.1f} s",
+        f"failing: {r['failing_rows']:,} rows ({r['failing_share']:.1%}), {r['failing_turns']:,} turns",
+    ]
+    lines += [f"  {k:<24} {v:>9,} rows ({r['by_reason_share'][k]:.1%})" for k, v in r["by_reason"].items()]
+    if len(r["by_turn"]) > 1:
+        lines.append("by turn:")
+        for k, t in r["by_turn"].items():
+            reasons = ", ".join(f"{name} {n:,}" for name, n in t["by_reason"].items())
+            lines.append(f"  turn {k}: {t['failing']:,} of {t['turns']:,} failing{': ' + reasons if reasons else ''}")
+    if r["by"]:
+        lines.append(f"by {r['by']}:")
+        for name, g in list(r["groups"].items())[:20]:
+            lines.append(f"  {name[:30]:<30} {g['failing_rows']:>9,} of {g['rows']:,} rows ({g['failing_share']:.1%})")
+    for name, p in r["lengths"].items():
+        if p["count"]:
+            lines.append(f"{name}: p10 {p['p10']:,.0f}  p50 {p['p50']:,.0f}  p90 {p['p90']:,.0f}  max {p['max']:,.0f}")
+    for reason, examples in r["examples"].items():
+        for ex in examples[:1]:
+            lines.append(f"example {reason}: {ex['id']} ({ex['source']}): {ex['detail']}")
+    return "\n".join(lines)

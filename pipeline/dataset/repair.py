@@ -1,0 +1,374 @@
+"""`regen export RUN --format repaired --original PATH --out DIR`: the original dataset written back whole, with the
+rows the run regenerated carrying their new assistant turns and every other row as it was.
+
+One output file per original file, with the same name (relative path when two share a name) and format (JSONL,
+gzipped JSONL, a JSON array, Parquet), the same rows in the same order and the same columns:
+
+- a row the run did not regenerate is the original: the same bytes for JSONL lines, the same Arrow values for
+  Parquet, the same JSON value for JSON arrays;
+- a row the run accepted gets its generated turns in place of the stored assistant turns (an answer missing after a
+  trailing user turn is appended), every other key of the row and of its messages kept; reasoning goes where the
+  original keeps it: the message's own reasoning field (`reasoning_content`, `reasoning`, `thinking`; for Parquet,
+  the one the message struct has), or inline `<think>` when the row (or, failing that, an earlier row of the file)
+  keeps it inline, or nowhere else gives it a place;
+- a row the run rejected again is kept as it was (`on_reject = "keep"`) or left out (`"drop"`); either way it is
+  listed in `repair-rows.jsonl` with its reason, as is a row the audit fails that the run has not regenerated.
+
+Rows are matched to the run by the reader's ids (the run's own `[input]` from run.json: id field, or the content
+hash of the conversation with its system prompt). The export is atomic: every file is written hidden, renamed into
+place once all are complete, and `repair-report.json` (the counts by reason) is written last, so a crash leaves the
+previous output or none, and a rerun writes it whole. The run's accepted turns are held in memory while the files
+are written: a repair run is the broken share of a dataset, not the dataset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, cast
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import conversation
+from ..config import Config, config_from_dict
+from ..errors import ConfigError, InputError, OutputError
+from ..store.files import readable_parts
+from ..store.manifest import read_manifest
+from .audit import AuditOptions, audit_row
+from .input_files import Broken, json_array_rows, labels, resolve
+from .stored import INLINE, REASONING_FIELDS, content_id, given_id, split_message, with_system
+
+ON_REJECT = ("keep", "drop")
+REPORT = "repair-report.json"
+ROWS = "repair-rows.jsonl"
+BATCH_ROWS = 1024
+_TMP = ".repair.tmp"
+
+
+def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject: str = "keep") -> dict[str, Any]:
+    """Write the repaired dataset to `out`; returns the report (also written to out/repair-report.json)."""
+    if on_reject not in ON_REJECT:
+        raise ConfigError(f"--on-reject must be keep or drop, got {on_reject!r}")
+    cfg = _run_config(run_dir)
+    if cfg.generation.samples > 1:
+        raise ConfigError(f"{run_dir}: a run with generation.samples > 1 has no single repair per row")
+    kinds = resolve(original or cfg.input.path, cfg.input.format)
+    _check_out(out, list(kinds), run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(f".*{_TMP}"):
+        stale.unlink()
+    repair = _Repair(cfg, _accepted(run_dir), _rejected(run_dir), on_reject)
+    names = labels(list(kinds))
+    written: list[tuple[Path, Path]] = []
+    with _Listing(out / f".{ROWS}{_TMP}") as listing:
+        repair.listing = listing
+        for path, kind in kinds.items():
+            target = out / names[path]
+            tmp = target.with_name(f".{target.name}{_TMP}")
+            with _output_errors(tmp):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _WRITERS[kind](repair, path, tmp)
+            written.append((tmp, target))
+    for tmp, target in [*written, (out / f".{ROWS}{_TMP}", out / ROWS)]:
+        os.replace(tmp, target)
+    report = repair.report(run_dir, kinds, out, [str(t.relative_to(out)) for _, t in written])
+    tmp = out / f".{REPORT}{_TMP}"
+    tmp.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    os.replace(tmp, out / REPORT)
+    return report
+
+
+def _run_config(run_dir: Path) -> Config:
+    manifest = read_manifest(run_dir)
+    if not manifest or not isinstance(manifest.get("config"), dict):
+        raise InputError(f"{run_dir}: no run.json with the run's config; a repaired export needs the run's [input]")
+    return config_from_dict(manifest["config"], where=f"{run_dir / 'run.json'}")
+
+
+def _check_out(out: Path, files: list[Path], run_dir: Path) -> None:
+    """`out` never holds an original file nor lies in the run directory: the export must not overwrite its input."""
+    where = out.resolve()
+    if any(p.resolve().parent == where or where in p.resolve().parents for p in files):
+        raise ConfigError(f"--out {out} holds original files; write the repaired dataset to another folder")
+    if where == run_dir.resolve() or run_dir.resolve() in where.parents:
+        raise ConfigError(f"--out {out} is inside the run directory {run_dir}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder")
+
+
+# ---------------------------------------------------------------- the run's results
+
+
+def _accepted(run_dir: Path) -> dict[str, list[tuple[str | None, str]]]:
+    """id → (reasoning, answer) of every generated turn, from the committed shards (first copy of an id wins)."""
+    turns: dict[str, list[tuple[str | None, str]]] = {}
+    for part in readable_parts(run_dir / "shards"):
+        pf = pq.ParquetFile(part)
+        columns = [c for c in ("id", "turns", "reasoning", "answer") if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+            for row in batch.to_pylist():
+                entries = row.get("turns") or [{"reasoning": row.get("reasoning"), "answer": row.get("answer")}]
+                turns.setdefault(row["id"], [(t.get("reasoning"), t.get("answer") or "") for t in entries])
+    return turns
+
+
+def _rejected(run_dir: Path) -> dict[str, str]:
+    """id → reason of every rejected row."""
+    reasons: dict[str, str] = {}
+    for part in readable_parts(run_dir / "rejects"):
+        table = pq.read_table(part, columns=["id", "reason"])
+        for row_id, reason in zip(table.column("id").to_pylist(), table.column("reason").to_pylist(), strict=True):
+            reasons.setdefault(row_id, reason or "")
+    return reasons
+
+
+# ---------------------------------------------------------------- one row
+
+
+@dataclass
+class _Repair:
+    """Decides each row's fate and counts it; the file writers below only move bytes."""
+
+    cfg: Config
+    accepted: dict[str, list[tuple[str | None, str]]]
+    rejected: dict[str, str]
+    on_reject: str
+    listing: _Listing | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    by_reason: dict[str, Counter[str]] = field(default_factory=dict)
+    style: str = ""  # the reasoning style of the current file, from its rows (or its Parquet schema)
+
+    def __post_init__(self) -> None:
+        self.audit = AuditOptions.from_config(self.cfg)
+
+    def row(self, data: Any, source: str) -> Any:
+        """The row to write: `data` itself (untouched), a repaired copy, or None (dropped)."""
+        self.counts["rows"] += 1
+        verdict = audit_row(data, self.audit)
+        reasons = verdict.reasons() or ["ok"]
+        row_id = self._id(data)
+        if row_id in self.accepted:
+            repaired = self._repaired(data, self.accepted[row_id])
+            if repaired is not None:
+                return self._count("repaired", reasons, repaired)
+            self._list(row_id, source, "no_place", "the generated turns do not fit the row's conversation")
+            return self._count("left", reasons, data)
+        if row_id in self.rejected:
+            self._list(row_id, source, self.rejected[row_id], "regenerated but rejected again")
+            if self.on_reject == "drop":
+                return self._count("dropped", reasons, None)
+            return self._count("rejected_kept", reasons, data)
+        if verdict.failing:
+            self._list(row_id, source, reasons[0], "fails the audit and was not regenerated")
+        return self._count("left", reasons, data)
+
+    def _count(self, fate: str, reasons: list[str], row: Any) -> Any:
+        self.counts[fate] += 1
+        for reason in reasons:
+            self.by_reason.setdefault(reason, Counter())[fate] += 1
+        return row
+
+    def _list(self, row_id: str | None, source: str, reason: str, detail: str) -> None:
+        if self.listing is not None:
+            self.listing.write({"id": row_id, "source": source, "reason": reason, "detail": detail})
+
+    def _id(self, data: Any) -> str | None:
+        """The id the reader gave this row in the run (None: it had none it could use)."""
+        if not isinstance(data, dict):
+            return None
+        inp = self.cfg.input
+        if data.get(inp.id_field) is not None:
+            return given_id(data, inp.id_field)
+        found = conversation.find_conversation(data, inp.messages_field)
+        try:
+            if found is not None:
+                messages = conversation.parse(found[1], found[0])
+            else:
+                messages = conversation.parse([{"role": "user", "content": data.get(inp.prompt_field)}], "prompt")
+        except conversation.ConversationError:
+            return None
+        return content_id(with_system(messages, inp.system_prompt))
+
+    def _repaired(self, data: dict[str, Any], turns: list[tuple[str | None, str]]) -> dict[str, Any] | None:
+        found = conversation.find_conversation(data, self.cfg.input.messages_field)
+        if found is None:
+            return None
+        name, raw = found
+        messages = conversation.parse(raw, name)
+        positions = conversation.turn_positions(messages, self.cfg.generation.turns)
+        if len(positions) != len(turns):
+            return None
+        styles = [
+            split_message(raw[i], m["content"])[3] if m["role"] == "assistant" else "" for i, m in enumerate(messages)
+        ]
+        fallback = next((s for s in styles if s), "") or self.style or INLINE
+        self.style = self.style or fallback
+        new = [dict(m) for m in raw]
+        for position, (reasoning, answer) in zip(positions, turns, strict=True):
+            if position == len(raw):
+                new.append(_new_message(raw[-1]))
+                styles.append("")
+            _put(new[position], reasoning, answer, styles[position] or fallback)
+        return {**data, name: new}
+
+    def report(self, run_dir: Path, kinds: dict[Path, str], out: Path, files: list[str]) -> dict[str, Any]:
+        c = self.counts
+        return {
+            "run_dir": str(run_dir),
+            "original": [str(p) for p in kinds],
+            "out": str(out),
+            "files": files,
+            "rows": c["rows"],
+            "audited_failing": c["rows"] - self.by_reason.get("ok", Counter()).total(),
+            "regenerated": c["repaired"] + c["rejected_kept"] + c["dropped"],
+            "repaired": c["repaired"],
+            "rejected_kept": c["rejected_kept"],
+            "dropped": c["dropped"],
+            "left": c["left"],
+            "by_reason": {reason: dict(fates) for reason, fates in sorted(self.by_reason.items())},
+            "listed": ROWS,
+        }
+
+
+def _new_message(last: Any) -> dict[str, Any]:
+    """An assistant message in the conversation's own shape, for the answer after a trailing user turn."""
+    if isinstance(last, dict) and "from" in last and "role" not in last:
+        return {"from": "gpt", "value": ""}
+    return {"role": "assistant", "content": ""}
+
+
+def _put(message: dict[str, Any], reasoning: str | None, answer: str, style: str) -> None:
+    """Set one assistant message's answer (and reasoning, by `style`), keeping its other keys and content type."""
+    key = "value" if "from" in message and "role" not in message else "content"
+    if style in REASONING_FIELDS:
+        old = message.get(style)
+        message[style] = reasoning if reasoning is not None else ("" if isinstance(old, str) else None)
+        text = answer
+    elif style == INLINE and reasoning:
+        text = f"<think>\n{reasoning}\n</think>\n\n{answer}"
+    else:
+        text = answer
+    if isinstance(message.get(key), list):  # content parts: one text part
+        message[key] = [{"type": "text", "text": text}]
+    else:
+        message[key] = text
+
+
+# ---------------------------------------------------------------- files
+
+
+def _jsonl(repair: _Repair, path: Path, tmp: Path) -> None:
+    """Line by line; an untouched line (blank, unparsable, or a row not regenerated) is copied byte for byte."""
+    gz = path.name.endswith(".gz")
+    repair.style = ""
+    with _open_in(path, gz) as src, _open_out(tmp, gz) as dst:
+        for lineno, line in enumerate(src, 1):
+            if not line.strip():
+                dst.write(line)
+                continue
+            try:
+                data = orjson.loads(line.removeprefix(b"\xef\xbb\xbf") if lineno == 1 else line)
+            except orjson.JSONDecodeError as exc:
+                data = Broken(f"invalid JSON: {exc}")
+            row = repair.row(data, f"{path}:{lineno}")
+            if row is data:
+                dst.write(line)
+            elif row is not None:
+                dst.write(orjson.dumps(row) + b"\n")
+
+
+def _json_array(repair: _Repair, path: Path, tmp: Path) -> None:
+    repair.style = ""
+    with _open_out(tmp, False) as dst:
+        dst.write(b"[")
+        first = True
+        for rows in json_array_rows(path, BATCH_ROWS):
+            for index, data in rows:
+                row = repair.row(data, f"{path}:{index}")
+                if row is not None:
+                    dst.write((b"\n" if first else b",\n") + orjson.dumps(row))
+                    first = False
+        dst.write(b"\n]\n")
+
+
+def _parquet(repair: _Repair, path: Path, tmp: Path) -> None:
+    """Record batch by record batch with the original schema; a batch no row of which changes is written as read."""
+    pf = pq.ParquetFile(path)
+    schema = pf.schema_arrow
+    repair.style = _schema_style(schema)
+    start = 0
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+            rows = batch.to_pylist()
+            out = [repair.row(data, f"{path}:{i}") for i, data in enumerate(rows, start)]
+            if all(a is b for a, b in zip(out, rows, strict=True)):
+                writer.write_batch(batch)
+            else:
+                writer.write_table(pa.Table.from_pylist([r for r in out if r is not None], schema=schema))
+            start += batch.num_rows
+
+
+def _schema_style(schema: pa.Schema) -> str:
+    """The reasoning field of the conversation column's message struct, if it has one."""
+    for name in conversation.CONVERSATION_FIELDS:
+        if name in schema.names:
+            kind = schema.field(name).type
+            if pa.types.is_list(kind) and pa.types.is_struct(kind.value_type):
+                fields = {kind.value_type.field(i).name for i in range(kind.value_type.num_fields)}
+                return next((f for f in REASONING_FIELDS if f in fields), INLINE)
+    return ""
+
+
+def _arrow(repair: _Repair, path: Path, tmp: Path) -> None:
+    raise InputError(f"{path}: a repaired export writes JSONL, JSON and Parquet; save the dataset as Parquet first")
+
+
+_WRITERS = {"jsonl": _jsonl, "json": _json_array, "parquet": _parquet, "arrow": _arrow}
+
+
+def _open_in(path: Path, gz: bool) -> IO[bytes]:
+    try:
+        return cast(IO[bytes], gzip.open(path, "rb") if gz else path.open("rb"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+
+
+def _open_out(path: Path, gz: bool) -> IO[bytes]:
+    return cast(IO[bytes], gzip.open(path, "wb") if gz else path.open("wb"))
+
+
+class _Listing:
+    """repair-rows.jsonl: the rows a user must look at (rejected again, or failing and not regenerated)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fh: IO[bytes] | None = None
+
+    def __enter__(self) -> _Listing:
+        self.fh = self.path.open("wb")
+        return self
+
+    def write(self, entry: dict[str, Any]) -> None:
+        assert self.fh is not None
+        self.fh.write(orjson.dumps(entry) + b"\n")
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.fh is not None
+        self.fh.close()
+
+
+@contextmanager
+def _output_errors(tmp: Path) -> Iterator[None]:
+    """OSError or an Arrow error while writing one output file: OutputError naming it, the hidden file removed."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"{tmp}: cannot write the repaired file: {exc}") from None

@@ -1,0 +1,121 @@
+"""What a dataset already holds: each row's id, and the assistant turns it stores split into reasoning and answer.
+
+`regen audit`, `input.select = "invalid"` and the repaired export judge and rewrite rows as users' files hold them,
+so they share one reading of a stored assistant message:
+
+- reasoning in a field of the message (`reasoning_content`, `reasoning` or `thinking`, the first one holding a
+  string), the answer in `content`/`value`;
+- or inline: `<think>reasoning</think>answer` inside the content (a leading `</think>` alone, as templates that put
+  `<think>` in the prompt leave it, counts too); a `<think>` that never closes is a turn cut off mid-reasoning
+  (truncated), its text all reasoning;
+- or neither: the content is all answer.
+
+Row ids follow the reader's rule (run/reader.py): the id field as a string, else `content_id` of the final messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .. import conversation
+from ..records import Completion
+from .input_files import Row, arrow_rows, json_array_rows, jsonl_rows, parquet_rows
+
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+INLINE = "inline"  # the style of a turn whose reasoning sits in <think>...</think> inside the content
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    """One assistant turn as the row stores it. `position` indexes the conversation (`len(messages)` for the
+    missing answer after a trailing user turn); `style` is where its reasoning lives: a field name, INLINE, or ""."""
+
+    position: int
+    reasoning: str | None
+    answer: str
+    truncated: bool = False
+    style: str = ""
+    missing: bool = False
+
+    def completion(self) -> Completion:
+        """The turn as the validators see a completion: an unterminated `<think>` is finish_reason `length`."""
+        return Completion(self.reasoning, self.answer, "length" if self.truncated else "stop")
+
+
+def content_id(messages: Sequence[Mapping[str, str]]) -> str:
+    """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
+    blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def given_id(data: Mapping[str, Any], id_field: str) -> str | None:
+    """The row's own id as the reader reads it (a non-empty string or an integer), or None."""
+    value = data.get(id_field)
+    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
+        return None
+    return str(value)
+
+
+def with_system(messages: tuple[conversation.Message, ...], system: str) -> tuple[conversation.Message, ...]:
+    """`input.system_prompt` first, unless the conversation has its own system message (part of a hashed id)."""
+    if not system or any(m["role"] == "system" for m in messages):
+        return messages
+    return ({"role": "system", "content": system}, *messages)
+
+
+def split_inline(text: str) -> tuple[str | None, str, bool]:
+    """(reasoning or None, answer, truncated) of content that may carry `<think>...</think>`, both sides stripped."""
+    head, opened, rest = text.partition(THINK_OPEN)
+    if not opened:
+        reasoning, closed, tail = text.partition(THINK_CLOSE)
+        return (reasoning.strip() or None, tail.strip(), False) if closed else (None, text.strip(), False)
+    reasoning, closed, tail = rest.partition(THINK_CLOSE)
+    if not closed:
+        return reasoning.strip() or None, head.strip(), True
+    return reasoning.strip() or None, (head + tail).strip(), False
+
+
+def split_message(raw: Mapping[str, Any], content: str) -> tuple[str | None, str, bool, str]:
+    """(reasoning, answer, truncated, style) of one stored assistant message; `content` is its parsed text."""
+    named = ""
+    for name in REASONING_FIELDS:
+        if name in raw:
+            named = named or name
+            if isinstance(raw[name], str):
+                return raw[name].strip() or None, content.strip(), False, name
+    if THINK_OPEN in content or THINK_CLOSE in content:
+        return (*split_inline(content), INLINE)
+    return None, content.strip(), False, named
+
+
+def stored_turns(raw: Sequence[Any], messages: Sequence[conversation.Message]) -> list[StoredTurn]:
+    """Every assistant turn regen would generate for this conversation (`turns = "all"`), as the row stores it.
+    `raw` is the conversation as read, `messages` its `conversation.parse`; ConversationError on a bad order."""
+    turns = []
+    for position in conversation.turn_positions(messages, "all"):
+        if position == len(messages):
+            turns.append(StoredTurn(position, None, "", missing=True))
+            continue
+        reasoning, answer, truncated, style = split_message(raw[position], messages[position]["content"])
+        turns.append(StoredTurn(position, reasoning, answer, truncated, style))
+    return turns
+
+
+def read_chunks(kinds: Mapping[Path, str], columns: list[str], size: int) -> Iterator[tuple[Path, list[Row]]]:
+    """Rows of every input file in reading order, `size` at a time, with every column of `columns` there is."""
+    for path, kind in kinds.items():
+        if kind == "jsonl":
+            yield from ((path, rows) for rows in jsonl_rows(path, size))
+        elif kind == "json":
+            yield from ((path, rows) for rows in json_array_rows(path, size))
+        elif kind == "parquet":
+            yield from ((path, rows) for rows in parquet_rows(path, columns, size, None))
+        else:
+            yield from ((path, rows) for rows in arrow_rows(path, columns, size, None))

@@ -1,0 +1,154 @@
+"""`regen audit` (dataset/audit.py) on a dataset with planted defects: each one counted exactly, by reason, by turn
+and by column; the id list; exit codes; the stored-text split (dataset/stored.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import ValidateConfig
+from pipeline.dataset.audit import AuditOptions, audit_dataset, audit_row
+from pipeline.dataset.stored import split_inline, split_message
+
+SOURCES = ("forum", "support", "tutoring")
+
+
+def _turn(kind: str, k: int) -> dict[str, Any]:
+    """One stored assistant message with a planted defect (or none): reasoning in a field or inline."""
+    text = f"The answer to part {k} is a short, clear sentence."
+    thought = f"Let me think about part {k} step by step."
+    return {
+        "clean": {"role": "assistant", "content": text, "reasoning_content": thought},
+        "inline": {"role": "assistant", "content": f"<think>\n{thought}\n</think>\n\n{text}"},
+        "empty": {"role": "assistant", "content": ""},
+        "truncated": {"role": "assistant", "content": f"<think>\n{thought} and then"},
+        "marker": {"role": "assistant", "content": f"<think>{thought}</think>{text} </think> again"},
+        "in_reasoning": {"role": "assistant", "content": "", "reasoning_content": f"{thought} {text}"},
+        "no_reasoning": {"role": "assistant", "content": text},
+    }[kind]
+
+
+# kind of the defective turn → the reason the audit must give; PLAN[i % len(PLAN)] says what row i holds:
+# (kind, which assistant turn is defective, number of assistant turns, trailing user turn without an answer)
+REASON = {
+    "empty": "empty_response",
+    "truncated": "truncated",
+    "marker": "think_marker",
+    "in_reasoning": "answer_in_reasoning",
+    "no_reasoning": "empty_reasoning",
+    "missing": "empty_response",
+}
+PLAN: list[tuple[str, int, int]] = [
+    ("clean", 0, 1),
+    ("clean", 0, 3),
+    ("inline", 0, 2),
+    ("empty", 0, 1),
+    ("empty", 2, 3),
+    ("truncated", 1, 2),
+    ("marker", 0, 2),
+    ("in_reasoning", 1, 3),
+    ("no_reasoning", 0, 1),
+    ("missing", 1, 2),
+    ("clean", 1, 2),
+]
+
+
+def planted_row(i: int, *, with_id: bool = True) -> tuple[dict[str, Any], str | None, int | None]:
+    """Row i of the planted dataset, the reason it must fail with (None: clean) and the failing turn's index."""
+    kind, bad, n = PLAN[i % len(PLAN)]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}] if i % 2 else []
+    for k in range(n):
+        messages.append({"role": "user", "content": f"Question {i}, part {k}?"})
+        if kind == "missing" and k == bad:
+            break  # the conversation ends with an unanswered user turn
+        messages.append(_turn(kind if k == bad and kind not in ("clean", "inline") else "clean", k))
+    if kind == "inline":
+        messages = [_turn("inline", 0) if m["role"] == "assistant" else m for m in messages]
+    row: dict[str, Any] = {"id": f"row-{i:05d}"} if with_id else {}
+    row.update(messages=messages, source=SOURCES[i % 3], score=i * 0.5)
+    reason = REASON.get(kind)
+    return row, reason, bad if reason else None
+
+
+def write_planted(path: Path, n: int, *, with_id: bool = True) -> list[tuple[dict[str, Any], str | None, int | None]]:
+    rows = [planted_row(i, with_id=with_id) for i in range(n)]
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist([r for r, _, _ in rows]), path)
+    else:
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r, _, _ in rows))
+    return rows
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_every_planted_defect_is_counted_by_reason_turn_and_column(tmp_path: Path, suffix: str) -> None:
+    rows = write_planted(tmp_path / f"data{suffix}", 2200)
+    report = audit_dataset(str(tmp_path / f"data{suffix}"), AuditOptions(by="source"))
+    expected: dict[str, int] = {}
+    by_turn: dict[str, dict[str, int]] = {}
+    by_source: dict[str, int] = {}
+    for row, reason, turn in rows:
+        if reason:
+            expected[reason] = expected.get(reason, 0) + 1
+            by_turn.setdefault(str(turn), {}).setdefault(reason, 0)
+            by_turn[str(turn)][reason] += 1
+            by_source[row["source"]] = by_source.get(row["source"], 0) + 1
+    assert report["rows"] == 2200
+    assert report["by_reason"] == dict(sorted(expected.items(), key=lambda kv: (-kv[1], kv[0])))
+    assert report["failing_rows"] == sum(expected.values()) == report["failing_turns"]
+    assert {k: t["by_reason"] for k, t in report["by_turn"].items() if t["by_reason"]} == by_turn
+    assert {k: g["failing_rows"] for k, g in report["groups"].items()} == by_source
+    assistant = sum(len([m for m in r["messages"] if m["role"] == "assistant"]) for r, _, _ in rows)
+    assert report["assistant_turns"] == assistant + report["missing_turns"]
+    assert report["missing_turns"] == 200  # one row in 11 ends with an unanswered user turn
+    for reason, examples in report["examples"].items():
+        assert 1 <= len(examples) <= 3 and all(ex["id"].startswith("row-") for ex in examples), reason
+    assert report["lengths"]["answer_chars"]["count"] == assistant
+
+
+def test_examples_are_reproducible_with_a_seed(tmp_path: Path) -> None:
+    write_planted(tmp_path / "d.jsonl", 500)
+    a, b, c = (audit_dataset(str(tmp_path / "d.jsonl"), AuditOptions(seed=s)) for s in (1, 1, 2))
+    assert a["examples"] == b["examples"] != c["examples"]
+
+
+def test_row_numbers_stand_for_rows_without_an_id(tmp_path: Path) -> None:
+    rows = write_planted(tmp_path / "d.parquet", 44, with_id=False)
+    audit_dataset(str(tmp_path / "d.parquet"), ids_out=tmp_path / "bad.txt")
+    assert (tmp_path / "bad.txt").read_text().splitlines() == [f"row:{i}" for i, (_, r, _) in enumerate(rows) if r]
+
+
+def test_no_thinking_does_not_ask_for_reasoning() -> None:
+    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "an answer"}]}
+    assert audit_row(row, AuditOptions(thinking=True)).reasons() == ["empty_reasoning"]
+    assert not audit_row(row, AuditOptions(thinking=False)).failing
+    looping = {"messages": [row["messages"][0], {"role": "assistant", "content": "one two three four " * 40}]}
+    opts = AuditOptions(thinking=False, validate=ValidateConfig(max_repetition=0.5))
+    assert audit_row(looping, opts).reasons() == ["degenerate_repetition"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain answer", (None, "plain answer", False)),
+        ("<think>\nr\n</think>\n\nanswer", ("r", "answer", False)),
+        ("<think>r and on", ("r and on", "", True)),
+        ("r</think>answer", ("r", "answer", False)),  # the template put <think> in the prompt
+        ("<think></think>answer", (None, "answer", False)),
+        ("<think>a</think>b</think>c", ("a", "b</think>c", False)),
+    ],
+    ids=["plain", "inline", "unterminated", "close-only", "empty-think", "two-closes"],
+)
+def test_split_inline(text: str, expected: tuple[str | None, str, bool]) -> None:
+    assert split_inline(text) == expected
+
+
+def test_split_message_prefers_a_reasoning_field() -> None:
+    assert split_message({"reasoning_content": " r "}, "a") == ("r", "a", False, "reasoning_content")
+    assert split_message({"thinking": "t"}, "a") == ("t", "a", False, "thinking")
+    assert split_message({"reasoning_content": None}, "<think>r</think>a") == ("r", "a", False, "inline")
+    assert split_message({"reasoning_content": None}, "a") == (None, "a", False, "reasoning_content")
