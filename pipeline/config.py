@@ -37,6 +37,7 @@ class InputConfig:
     dedupe: bool = False
     request_overrides: bool = False  # openai-batch: let each request body's sampling fields override [generation]
     batch_rows: int = 1024
+    select: str = "all"  # "invalid": only rows whose stored assistant turns fail the validators (regen audit)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class ClientConfig:
     connect_timeout_s: float = 10.0
     stream: bool = False
     stall_timeout_s: float = 120.0
+    hang_floor_s: float = 600.0  # a request is hung (aborted, retried elsewhere) after max(hang_floor_s,
+    hang_slack: float = 3.0  # hang_slack * max_tokens / the endpoint's slow decode rate); see run/deadline.py
     failure_window: int = 100  # the run stops (exit 3) when max_failure_share of the last failure_window requests
     max_failure_share: float = 0.9  # failed for reasons that are not the prompts' (run/circuit.py)
     backoff_base_s: float = 0.5
@@ -232,6 +235,7 @@ def _positive(v: Any) -> bool:
 # ranges are SGLang's own, so a value it would answer with 400 for every prompt stops the run before it starts.
 _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("input.batch_rows", _at_least(1), "at least 1"),
+    ("input.select", lambda v: v in ("all", "invalid"), "'all' or 'invalid'"),
     ("output.shard_rows", _at_least(1), "at least 1"),
     ("output.row_group_rows", _at_least(1), "at least 1"),
     ("output.sync_interval_s", _positive, "positive"),
@@ -250,6 +254,8 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("client.request_timeout_s", _positive, "positive"),
     ("client.connect_timeout_s", _positive, "positive"),
     ("client.stall_timeout_s", _positive, "positive"),
+    ("client.hang_floor_s", _positive, "positive"),
+    ("client.hang_slack", _at_least(1), "at least 1"),
     ("client.failure_window", _at_least(1), "at least 1"),
     ("client.max_failure_share", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("client.backoff_base_s", _at_least(0), "0 or more"),

@@ -13,7 +13,8 @@
     ├── RequestError                exit 1   one request failed (never escapes a run; decides retry)
     │   ├── PermanentRequestError            400: the prompt itself is at fault (context length, params)
     │   ├── RetryableRequestError            5xx, 503 queue full, timeouts, resets, invalid JSON
-    │   └── EndpointDownError                refused connection: the endpoint, not the prompt, is at fault
+    │   ├── EndpointDownError                refused connection: the endpoint, not the prompt, is at fault
+    │   └── HungRequestError                 past its deadline on a live endpoint (run/deadline.py): aborted
     └── Interrupted                 exit 130 SIGINT/SIGTERM after a clean drain
 
 A bad completion is not an exception: it is data, a `Verdict` with a reason code.
@@ -87,3 +88,8 @@ class EndpointDownError(RequestError):
 
 class Interrupted(RegenError):
     exit_code = 130
+
+
+class HungRequestError(RequestError):
+    """A request past its deadline on an endpoint that answers others: aborted on the server, retried elsewhere
+    without using the prompt's attempts."""

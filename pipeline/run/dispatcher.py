@@ -24,11 +24,18 @@ from .. import conversation
 from ..config import Config
 from ..endpoints.pool import EndpointState, Pool
 from ..endpoints.retry import RetryPolicy
-from ..errors import EndpointDownError, FatalEndpointError, PermanentRequestError, RequestError
+from ..errors import (
+    EndpointDownError,
+    FatalEndpointError,
+    HungRequestError,
+    PermanentRequestError,
+    RequestError,
+)
 from ..records import Completion, Prompt
 from ..schema import accepted_row, rejected_row, turn_entry
 from ..validator import validate
 from .circuit import FailureCircuit
+from .deadline import Deadlines
 from .metrics import Metrics
 
 
@@ -71,6 +78,8 @@ class Dispatcher:
         self.sleep = sleep
         self.partial = partial if partial is not None else {}  # turns finished before a restart, by prompt id
         self.circuit = circuit or FailureCircuit(cfg.client.failure_window, cfg.client.max_failure_share)
+        c = cfg.client
+        self.deadlines = Deadlines(floor_s=c.hang_floor_s, slack=c.hang_slack, ceiling_s=c.request_timeout_s)
         self._rids = itertools.count()
         self.inflight: set[asyncio.Task[None]] = set()
         self.stopping = False  # set on SIGINT/SIGTERM: cancellations are the drain's, not the health monitor's
@@ -169,6 +178,13 @@ class Dispatcher:
             # ... unless no prompt has been served yet: then it is more likely the config's (see circuit.py)
             await self._failed(t, exc, f"before any completion of this run: {exc}")
             return None
+        except HungRequestError as exc:  # aborted past its deadline: retried elsewhere, not the prompt's attempt
+            t.endpoint_failures += 1
+            self.metrics.record_error(str(exc))
+            await self.pool.release(ep, error=exc)
+            t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} endpoint failures; last: {exc}"
+            self.circuit.failed(str(exc))
+            return None
         except EndpointDownError as exc:  # the endpoint is at fault: does not use up the prompt's attempts
             t.endpoint_failures += 1
             self.metrics.endpoint_failures += 1
@@ -187,6 +203,7 @@ class Dispatcher:
             raise
         await self.pool.release(ep, latency=completion.latency_s)
         self.circuit.completed()
+        self.deadlines.observe(ep.url, completion.completion_tokens, completion.latency_s)
         return completion
 
     async def _failed(self, t: _Tally, exc: RequestError, detail: str) -> None:
@@ -205,8 +222,15 @@ class Dispatcher:
         kills = ep.kills
         if task is not None:
             ep.tasks.add(task)
+        deadline = self.deadlines.for_request(ep.url, self.cfg.generation.max_tokens)
         try:
-            return await ep.client.chat(prompt, attempt, rid)
+            async with asyncio.timeout(deadline) as scope:
+                return await ep.client.chat(prompt, attempt, rid)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            await ep.client.abort(rid)
+            raise HungRequestError(f"{ep.url}: no answer after {deadline:.0f}s (hung; aborted {rid})") from None
         finally:
             if task is not None:
                 ep.tasks.discard(task)
