@@ -230,12 +230,6 @@ def test_an_endpoint_still_unreachable_at_its_recheck_stays_down_and_is_not_reti
     asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="health.check: `_verified.get(url, now)` makes `due` False for an endpoint never re-verified, and "
-    "`_verified` is only written when `due` or `was_down`, so an endpoint that never went down is never re-checked",
-)
 def test_a_live_endpoint_is_rechecked_on_the_recheck_interval() -> None:
     async def scenario() -> None:
         clock = Clock()

@@ -82,7 +82,8 @@ class HealthMonitor:
             self._failed(ep, f"/health failed: {exc}", was_down)
             return
         self._missed[ep.url] = ep.probe_failures = 0
-        due = self.clock() - self._verified.get(ep.url, self.clock()) >= self.recheck_interval_s
+        # The first healthy probe starts the clock (the gate verified the endpoint when it admitted it).
+        due = self.clock() - self._verified.setdefault(ep.url, self.clock()) >= self.recheck_interval_s
         if was_down or due:
             self._verified[ep.url] = self.clock()
             if not await self._still_valid(ep):
