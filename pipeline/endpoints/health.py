@@ -22,6 +22,10 @@ from .pool import DOWN, DRAINING, RETIRED, EndpointState, Pool
 Verify = Callable[[EndpointState], Awaitable[str | None]]  # None: fine; else why it must be retired
 
 
+# What `verify` answers for an endpoint that is not ready yet (probe again later) rather than misconfigured.
+NOT_YET = ("still unreachable", "still warming up")
+
+
 class HealthMonitor:
     def __init__(
         self,
@@ -111,7 +115,7 @@ class HealthMonitor:
         why = await self.verify(ep)
         if why is None:
             return True
-        if why == "still unreachable":
+        if why in NOT_YET:
             self.pool.probe_failed(ep, why, max_wait_s=self.down_probe_s)
             return False
         n = self.pool.kill(ep, why)  # its in-flight requests (if any) move to other endpoints

@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ..config import Config, EndpointConfig
+from ..endpoints.health import NOT_YET
 from ..endpoints.pool import EndpointState, Pool
 from ..errors import PreflightError, RegenError
 from ..server.preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
@@ -24,6 +25,13 @@ log = logging.getLogger("regen.preflight")
 
 AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
 HEADROOM = 1.25  # keep a small queue at the server so its batch refills at once
+
+
+def _warming_up(result: dict[str, Any]) -> bool:
+    """A server whose /health says 503 (loading weights, warming up) and nothing else is wrong is not drift: it
+    starts down, like an unreachable one, and joins once it is ready and passes preflight."""
+    failed = [c for c in result.get("checks", []) if not c["ok"]]
+    return bool(failed) and all(c["name"] == "health" and c["actual"] == 503 for c in failed)
 
 
 class Gate:
@@ -43,7 +51,7 @@ class Gate:
         if self.skip:
             return {"skipped": True}
         results = await asyncio.gather(*(self._preflight(ep) for ep in self.pool.endpoints))
-        drifted = [r for r in results if r["reachable"] and not r["ok"]]
+        drifted = [r for r in results if r["reachable"] and not r["ok"] and not _warming_up(r)]
         if drifted:
             raise PreflightError(
                 "preflight failed: an endpoint is not configured as [expect] says; no prompt was sent.\n"
@@ -51,9 +59,10 @@ class Gate:
                 + "\n(fix the server or the config; --skip-preflight runs anyway and records it in run.json)"
             )
         for ep, result in zip(self.pool.endpoints, results, strict=True):
-            if not result["reachable"]:
+            if not result["reachable"] or _warming_up(result):
                 self.pending.add(ep.url)
-                self.pool.mark_down(ep, "unreachable at preflight; probing until it is up")
+                why = "still warming up (/health 503)" if result["reachable"] else "unreachable at preflight"
+                self.pool.mark_down(ep, f"{why}; probing until it is up")
         return {"skipped": False, "endpoints": results}
 
     async def _preflight(self, ep: EndpointState) -> dict[str, Any]:
@@ -85,7 +94,9 @@ class Gate:
         if ep.url in self.pending:
             result = await self._preflight(ep)
             if not result["reachable"]:
-                return "still unreachable"
+                return NOT_YET[0]
+            if _warming_up(result):
+                return NOT_YET[1]
             return None if result["ok"] else "failed preflight:\n" + format_preflight({"endpoints": [result]})
         before = self.fingerprints.get(ep.url)
         if before is None:
