@@ -5,13 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import datasets
 import orjson
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from huggingface_hub import DatasetCard
 
 from pipeline.config import Config, config_from_dict, load_config
-from pipeline.dataset.card import config_toml, run_stats, write_card
+from pipeline.dataset.card import CardOptions, config_toml, run_stats, write_card
+from pipeline.dataset.features import size_category
 from pipeline.schema import reject_schema, shard_schema, to_table
 
 
@@ -63,7 +66,9 @@ def _front_matter(text: str) -> dict[str, Any]:
 
 def test_card_has_front_matter_counts_and_reject_rates(tmp_path: Path) -> None:
     manifest = {"config": _config(), "config_hash": "feedbeef", "input": {"files": ["in.jsonl"]}}
-    manifest["preflight"] = {"endpoints": [{"url": "http://10.0.0.1:30000", "server_args": {"tp_size": 2}}]}
+    check = {"name": "expect", "key": "tp_size", "expected": 2, "actual": 2, "ok": True, "hint": "see http://10.0.0.1"}
+    info = {"dp_size": 2, "router_workers": ["http://10.0.0.2:30000"]}
+    manifest["preflight"] = {"endpoints": [{"url": "http://10.0.0.1:30000", "info": info, "checks": [check]}]}
     _run(tmp_path / "run", manifest)
     card = write_card(tmp_path / "run", tmp_path / "out", SUMMARY)
     text = card.read_text()
@@ -76,10 +81,12 @@ def test_card_has_front_matter_counts_and_reject_rates(tmp_path: Path) -> None:
     assert "| rejected: `exhausted_retries` | 1 | 0.91% |" in text
     assert "110 prompts" in text
     assert "Qwen3.6-27B" in text and "| temperature | 0.7 |" in text
-    assert '"tp_size": 2' in text  # preflight server settings
+    assert '"dp_size": 2' in text and '"key": "tp_size"' in text  # preflight server settings
+    assert '"router_workers": 1' in text  # counted, not named
     assert "| speculative_algorithm | EAGLE |" in text
-    assert "regen run regen-config.toml --output NEW_RUN_DIR" in text and "feedbeef" in text
-    assert "10.0.0.1" not in text.split('"url"')[0]  # endpoint urls only appear inside the preflight record
+    assert "regen run regen-config.toml --endpoint URL --output NEW_RUN_DIR" in text and "feedbeef" in text
+    for leak in ("10.0.0.1", "10.0.0.2", "http://10"):
+        assert leak not in text and leak not in (tmp_path / "out" / "regen-config.toml").read_text()
 
 
 def test_length_percentiles_skip_unknown_reasoning_tokens(tmp_path: Path) -> None:
@@ -104,7 +111,54 @@ def test_written_config_loads_back_to_the_same_config(tmp_path: Path, config: di
     assert load_config(path).to_dict() == config
 
 
-def test_card_writes_the_config_beside_it(tmp_path: Path) -> None:
-    _run(tmp_path / "run", {"config": _config()})
+def test_card_writes_the_config_beside_it_without_endpoints(tmp_path: Path) -> None:
+    config = _config()
+    config["launch"]["host"] = "gpu-node-3"
+    config["output"]["metrics_host"] = "10.0.0.9"
+    config["endpoints"][1]["sim_args"] = ["--x", "--host", "gpu-node-3"]
+    _run(tmp_path / "run", {"config": config})
     write_card(tmp_path / "run", tmp_path / "out", SUMMARY)
-    assert load_config(tmp_path / "out" / "regen-config.toml").to_dict() == _config()
+    text = (tmp_path / "out" / "regen-config.toml").read_text()
+    assert "10.0.0" not in text and "gpu-node-3" not in text
+    written = load_config(tmp_path / "out" / "regen-config.toml").to_dict()
+    want = _config()
+    want["endpoints"][0]["url"] = "http://endpoint-1.invalid"  # stops at preflight: give yours with --endpoint
+    assert written == want
+
+
+def test_license_language_and_sizes_in_the_front_matter(tmp_path: Path) -> None:
+    manifest = {"config": {**_config(), "export": {"license": "mit", "language": "fr"}}}
+    _run(tmp_path / "run", manifest)
+    meta = _front_matter(write_card(tmp_path / "run", tmp_path / "out", SUMMARY).read_text())
+    assert (meta["license"], meta["language"]) == ("mit", ["fr"])  # the config's [export] table
+    assert meta["task_categories"] == ["text-generation"] and meta["size_categories"] == ["n<1K"]
+    options = CardOptions("apache-2.0", ("en", "de"))
+    text = write_card(tmp_path / "run", tmp_path / "out", SUMMARY, options=options).read_text()
+    assert (_front_matter(text)["license"], _front_matter(text)["language"]) == ("apache-2.0", ["en", "de"])
+    _run(tmp_path / "bare", None)
+    meta = _front_matter(write_card(tmp_path / "bare", tmp_path / "out2", SUMMARY).read_text())
+    assert meta["license"] == "unknown" and "language" not in meta
+
+
+@pytest.mark.parametrize(
+    ("rows", "label"), [(0, "n<1K"), (999, "n<1K"), (1000, "1K<n<10K"), (250_000, "100K<n<1M")], ids=str
+)
+def test_size_categories(rows: int, label: str) -> None:
+    assert size_category(rows) == label
+
+
+def test_features_are_what_datasets_reads_from_the_files(tmp_path: Path) -> None:
+    from pipeline.dataset.export import export_run
+
+    _run(tmp_path / "run", {"config": _config()})
+    out = tmp_path / "out"
+    export_run(tmp_path / "run", format="chat", out=out, include_rejects=True, card=CardOptions("mit", ("en",)))
+    card = DatasetCard.load(out / "README.md")  # huggingface_hub's own parser of the card
+    assert card.data.license == "mit" and card.data.language == ["en"]
+    infos = {info["config_name"]: info["features"] for info in card.data.to_dict()["dataset_info"]}
+    for config, split in (("default", "train"), ("rejects", "rejects")):
+        schema = pq.read_schema(out / "data" / f"{split}-00000.parquet")
+        assert datasets.Features._from_yaml_list(infos[config]) == datasets.Features.from_arrow_schema(schema)
+    cache = str(tmp_path / "hf-cache")
+    assert len(datasets.load_dataset(str(out), split="train", cache_dir=cache)) == 101
+    assert len(datasets.load_dataset(str(out), "rejects", split="train", cache_dir=cache)) == 9

@@ -78,7 +78,9 @@ def _load(out: Path, summary: dict[str, Any], split: str = "train") -> datasets.
 def test_chat_round_trips_through_datasets(tmp_path: Path, file_format: str) -> None:
     rows = make_run(tmp_path / "run", [7, 5, 9])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="chat", out=out, file_format=file_format, rows_per_file=8)
+    summary = export_run(
+        tmp_path / "run", format="chat", out=out, file_format=file_format, rows_per_file=8, reasoning="inline"
+    )
     assert summary["rows"] == 21 and summary["format"] == "chat"
     assert [Path(f).name for f in summary["files"]] == [f"train-0000{i}.{file_format}" for i in range(3)]
     loaded = _load(out, summary)
@@ -105,7 +107,8 @@ def test_export_dir_loads_from_its_card(tmp_path: Path) -> None:
 def test_think_tags_are_configurable(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [3])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="chat", out=out, think_open="<reasoning>", think_close="</reasoning>")
+    tags = {"think_open": "<reasoning>", "think_close": "</reasoning>"}
+    summary = export_run(tmp_path / "run", format="chat", out=out, reasoning="inline", **tags)
     last = _load(out, summary)[0]["messages"][-1]["content"]
     assert last == "<reasoning>\nthinking about 0\n</reasoning>\n\nanswer 0"
 

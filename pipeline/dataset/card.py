@@ -1,9 +1,13 @@
 """The dataset card of an export: README.md with YAML front matter that `datasets` and the Hub read.
 
 The front matter's `configs` names the exported files per split, so `datasets.load_dataset(OUT_DIR)` loads the
-export as written. The body records what a reader needs to trust and reproduce the data: model and sampling,
-the server settings preflight saw, counts and reject rates by reason, token-length percentiles, and the command
-that reproduces the run from `regen-config.toml`, the run's resolved config written beside the card.
+export as written; `dataset_info` gives each config's features, and `license`, `language`, `task_categories` and
+`size_categories` are the Hub's metadata (license and language from `CardOptions`, or the config's `[export]`
+table when run.json has one). The body records what a reader needs to trust and reproduce the data: model and
+sampling, the server settings preflight saw, counts and reject rates by reason, token-length percentiles, and the
+command that reproduces the run from `regen-config.toml`, the run's resolved config written beside the card.
+Neither file names an endpoint: URLs and hosts are replaced or left out (redact.py), and anything the run knows
+as an address is scrubbed from both texts before they are written.
 Statistics are computed from the committed files (a few integer columns, streamed), not from run.json counts.
 """
 
@@ -14,33 +18,69 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
 from ..errors import OutputError
 from ..store.files import readable_parts
+from .features import size_category, yaml_features
+from .redact import Hosts, public_config, public_preflight
 
 CARD = "README.md"
 CONFIG_FILE = "regen-config.toml"
 PERCENTILES = (5, 25, 50, 75, 95, 99)
 _SAMPLING = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "thinking")
+UNKNOWN_LICENSE = "unknown"
 
 
-def write_card(run_dir: Path, out: Path, export_summary: dict[str, Any]) -> Path:
-    """Write `out/README.md` (and `out/regen-config.toml` when run.json has the config); returns the card path."""
+@dataclass(frozen=True)
+class CardOptions:
+    """What only the publisher knows: the data's license (a Hub license id) and languages (ISO 639-1 codes)."""
+
+    license: str | None = None
+    language: tuple[str, ...] = ()
+
+    def resolved(self, manifest: dict[str, Any]) -> CardOptions:
+        """These options over the config's `[export]` table (when run.json has one)."""
+        table = _section(manifest, "export")
+        language = self.language or tuple(_as_list(table.get("language")))
+        return CardOptions(self.license or table.get("license") or None, language)
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value or []]
+
+
+def write_card(
+    run_dir: Path,
+    out: Path,
+    export_summary: dict[str, Any],
+    *,
+    schemas: dict[str, pa.Schema] | None = None,
+    options: CardOptions | None = None,
+) -> Path:
+    """Write `out/README.md` (and `out/regen-config.toml` when run.json has the config); returns the card path.
+    `schemas` (split → schema) become the card's features; neither file names an endpoint URL or host."""
     manifest = _manifest(run_dir)
+    hosts = Hosts.of_run(run_dir, manifest)
     config = manifest.get("config")
     if isinstance(config, dict):
-        _write_text(out / CONFIG_FILE, config_toml(config))
+        _write_text(out / CONFIG_FILE, hosts.scrub(config_toml(public_config(config))))
     stats = run_stats(run_dir)
-    text = "---\n" + front_matter(export_summary, manifest) + "---\n\n" + _body(export_summary, manifest, stats)
+    opts = (options or CardOptions()).resolved(manifest)
+    head = front_matter(export_summary, manifest, schemas or {}, opts)
+    text = "---\n" + head + "---\n\n" + _body(export_summary, manifest, stats, opts)
     path = out / CARD
-    _write_text(path, text)
+    _write_text(path, hosts.scrub(text))
     return path
 
 
@@ -87,17 +127,36 @@ def _columns(folder: Path, names: list[str]) -> Iterator[Any]:
 # ---------------------------------------------------------------- front matter and body
 
 
-def front_matter(summary: dict[str, Any], manifest: dict[str, Any]) -> str:
+def front_matter(
+    summary: dict[str, Any],
+    manifest: dict[str, Any],
+    schemas: dict[str, pa.Schema] | None = None,
+    options: CardOptions | None = None,
+) -> str:
     # Rejects have two more columns, and one config's splits must share their features: rejects get a config.
+    def name(split: str) -> str:
+        return "default" if split == "train" else split
+
     configs = [
-        {"config_name": "default" if split == "train" else split, "data_files": [{"split": "train", "path": pattern}]}
+        {"config_name": name(split), "data_files": [{"split": "train", "path": pattern}]}
         for split, pattern in summary.get("data_files", {}).items()
     ]
-    meta: dict[str, Any] = {
-        "pretty_name": f"regen export of {_model(manifest)}",
-        "tags": ["synthetic", "regen", summary.get("format", "chat")],
-        "configs": configs,
-    }
+    opts = options or CardOptions()
+    meta: dict[str, Any] = {"license": opts.license or UNKNOWN_LICENSE}
+    if opts.language:
+        meta["language"] = list(opts.language)
+    meta["task_categories"] = ["text-generation"]
+    meta["size_categories"] = [size_category(int(summary.get("rows", 0)))]
+    meta["pretty_name"] = f"regen export of {_model(manifest)}"
+    meta["tags"] = ["synthetic", "regen", summary.get("format", "chat")]
+    meta["configs"] = configs
+    infos = [
+        {"config_name": name(split), "features": yaml_features(schema)}
+        for split, schema in (schemas or {}).items()
+        if split in summary.get("data_files", {})
+    ]
+    if infos:
+        meta["dataset_info"] = infos
     return str(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
 
 
@@ -110,11 +169,13 @@ def _section(manifest: dict[str, Any], name: str) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
-def _body(summary: dict[str, Any], manifest: dict[str, Any], stats: dict[str, Any]) -> str:
+def _body(summary: dict[str, Any], manifest: dict[str, Any], stats: dict[str, Any], opts: CardOptions) -> str:
     parts = [
         f"# {_model(manifest)} completions (regen)\n",
         f"Generated by regen; exported as `{summary.get('format')}` ({summary.get('file_format')}): "
         f"{summary.get('rows', 0)} rows" + _rejects_note(summary) + ".\n",
+        _shape_note(summary),
+        _publisher_note(opts),
         _generation_section(manifest),
         _server_section(manifest),
         _counts_section(stats),
@@ -122,6 +183,31 @@ def _body(summary: dict[str, Any], manifest: dict[str, Any], stats: dict[str, An
         _reproduce_section(manifest),
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _shape_note(summary: dict[str, Any]) -> str:
+    text = f"Reasoning: `{summary.get('reasoning', 'inline')}`"
+    text += {
+        "field": " (`reasoning_content` on each assistant message)",
+        "inline": " (a think block in the content)",
+    }.get(summary.get("reasoning", ""), " (dropped)")
+    if summary.get("expand_turns"):
+        text += "; one row per generated assistant turn (`<id>#turn<k>`, history without reasoning)"
+    text += ".\n"
+    skipped = summary.get("skipped") or {}
+    if skipped:
+        text += "\nRows left out because the format's consumer would refuse them:\n\n"
+        text += _table(("reason", "rows"), [(f"`{k}`", n) for k, n in skipped.items()])
+    return text
+
+
+def _publisher_note(opts: CardOptions) -> str:
+    if opts.license and opts.language:
+        return ""
+    return (
+        "License or language not stated: set them with `regen export --license ID --language CODE` "
+        "(or an `[export]` table in the config).\n"
+    )
 
 
 def _rejects_note(summary: dict[str, Any]) -> str:
@@ -145,6 +231,7 @@ def _generation_section(manifest: dict[str, Any]) -> str:
     gen = _section(manifest, "generation")
     rows = [("model", f"`{gen['model']}`")] if "model" in gen else []
     rows += [(key, gen[key]) for key in _SAMPLING if key in gen]
+    rows += [(key, value) for key, value in gen.items() if key != "model" and key not in _SAMPLING]
     validate = _section(manifest, "validate")
     rows += [(f"validate.{k}", v) for k, v in validate.items()]
     if not rows:
@@ -161,9 +248,10 @@ def _server_section(manifest: dict[str, Any]) -> str:
     if expect:
         text += "Required server settings (`[expect]`, checked by preflight):\n\n"
         text += _table(("server_args key", "expected"), sorted(expect.items())) + "\n"
-    if isinstance(preflight, dict) and preflight:
-        text += "Server settings reported at preflight:\n\n```json\n"
-        text += orjson.dumps(preflight, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n```\n"
+    public = public_preflight(preflight)
+    if public:
+        text += "Server settings reported at preflight (endpoints numbered, not named):\n\n```json\n"
+        text += orjson.dumps(public, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n```\n"
     elif not expect:
         text += "No server settings were recorded for this run.\n"
     return text
@@ -208,7 +296,9 @@ def _reproduce_section(manifest: dict[str, Any]) -> str:
         "## Reproduce\n\n"
         f"`{CONFIG_FILE}` beside this card is the run's resolved config (config hash "
         f"`{manifest.get('config_hash', 'unknown')}`). With the same input and server:\n\n"
-        f"```\nregen run {CONFIG_FILE} --output NEW_RUN_DIR\n```\n\n"
+        f"```\nregen run {CONFIG_FILE} --endpoint URL --output NEW_RUN_DIR\n```\n\n"
+        "Endpoint URLs are not published: the file names placeholders (`http://endpoint-N.invalid`, which stop at "
+        "preflight), so give your servers with `--endpoint URL` (repeatable).\n\n"
         "Without `--output` the run goes to the config's `output.dir`, where rerunning resumes the original run "
         "(and sends no request for prompts already done).\n"
     )

@@ -1,4 +1,4 @@
-"""Export a RUN_DIR as training data: chat rows, ShareGPT rows, or an OpenAI/vLLM batch output file.
+"""Export a RUN_DIR as training data in the shape a trainer reads (formats.py, tokenized.py), plus its card.
 
 The export streams: committed parts are read one record batch at a time and written to output files of at most
 `rows_per_file` rows, each built as a hidden temp file and renamed into place, so an interrupted export never leaves
@@ -8,16 +8,15 @@ rejected rows are exported only when asked for, into their own `rejects` config 
 Layout of `out`:
 
     out/README.md                  dataset card (card.py); front matter: config `default` (accepted), `rejects`
-    out/regen-config.toml          the run's resolved config, for `regen run regen-config.toml`
+    out/regen-config.toml          the run's resolved config without endpoint URLs or hosts (redact.py)
     out/data/train-00000.parquet   accepted rows (or .jsonl)
     out/data/rejects-00000.parquet rejected rows, only with include_rejects
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -28,36 +27,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, InputError, OutputError
-from ..schema import BASE_FIELDS, MESSAGE_TYPE, REJECT_FIELDS, to_table
+from ..schema import BASE_FIELDS, REJECT_FIELDS, to_table
 from ..store import id_hash
 from ..store.files import damaged_parts, readable_parts
 from ..store.scan import duplicated_hashes
-from .card import write_card
+from .card import CardOptions, write_card
+from .formats import BatchOutput, Converter, Format
+from .shapes import REASONING_MODES, Style, think_block
 
-FORMATS = ("chat", "sharegpt", "openai-batch-output")
+FORMATS = ("chat", "sharegpt", "specforge", "prompt-completion", "tokenized", "openai-batch-output")
 FILE_FORMATS = ("parquet", "jsonl")
 DATA_DIR = "data"
 BATCH_ROWS = 1024
+# The reasoning mode when none is asked: the field trainers read, except ShareGPT (inline, as its readers expect).
+DEFAULT_REASONING = {"sharegpt": "inline"}
+_FIXED_FILE_FORMAT = {"openai-batch-output": "jsonl", "specforge": "jsonl", "tokenized": "parquet"}
+_EXPANDABLE = ("chat", "sharegpt", "specforge", "prompt-completion", "tokenized")
 
 _BASE_NAMES = {f.name for f in BASE_FIELDS} | {f.name for f in REJECT_FIELDS}
-_METADATA_FIELDS = [
-    pa.field("id", pa.string()),
-    pa.field("model", pa.string()),
-    pa.field("finish_reason", pa.string()),
-    pa.field("prompt_tokens", pa.int32()),
-    pa.field("completion_tokens", pa.int32()),
-    pa.field("reasoning_tokens", pa.int32()),
-    pa.field("seed", pa.int64()),
-]
-_TURN_TYPE = pa.struct([("from", pa.string()), ("value", pa.string())])
-_SHAREGPT_ROLES = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}
 
 Row = dict[str, Any]
 
 
 def assistant_content(reasoning: str | None, answer: str | None, think_open: str, think_close: str) -> str:
-    """The assistant turn a trainer sees: the reasoning inside think tags, a blank line, then the answer."""
-    return f"{think_open}\n{reasoning or ''}\n{think_close}\n\n{answer or ''}"
+    """The assistant turn a trainer sees inline: the reasoning inside think tags, a blank line, then the answer."""
+    return think_block(reasoning, answer or "", think_open, think_close)
 
 
 def export_run(
@@ -70,27 +64,47 @@ def export_run(
     think_open: str = "<think>",
     think_close: str = "</think>",
     include_rejects: bool = False,
+    reasoning: str | None = None,
+    expand_turns: bool = False,
+    tokenizer: Path | None = None,
+    chat_template: Path | None = None,
+    card: CardOptions | None = None,
+    original: str | None = None,
+    on_reject: str = "keep",
 ) -> dict[str, Any]:
     """Write the run's accepted rows (and rejects if asked) in `format` to `out`, plus a dataset card.
 
-    Returns `{format, file_format, files, rows, rejected_rows, data_files, card}`; `files` and `data_files` are
-    relative to `out`. Files of an earlier export to the same `out` that this one did not rewrite are removed.
+    `reasoning` is `field`, `inline` or `none` (default: `field`, `inline` for sharegpt); `expand_turns` writes one
+    row per generated assistant turn; `tokenizer` (a local folder) is what `tokenized` renders and tokenizes with.
+    Returns `{format, file_format, reasoning, expand_turns, files, rows, rejected_rows, skipped, data_files, card}`;
+    `files` and `data_files` are relative to `out`. Files of an earlier export to the same `out` that this one did
+    not rewrite are removed. `repaired` writes the `original` dataset back whole instead (dataset/repair.py).
     """
+    if format == "repaired":
+        from .repair import export_repaired
+
+        return export_repaired(run_dir, original=original, out=out, on_reject=on_reject)
     if format not in FORMATS:
         raise ConfigError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"unknown file format {file_format!r}; choose parquet or jsonl")
     if rows_per_file < 1:
         raise ConfigError(f"rows_per_file must be at least 1, got {rows_per_file}")
+    reasoning = reasoning or DEFAULT_REASONING.get(format, "field")
+    if reasoning not in REASONING_MODES:
+        raise ConfigError(f"unknown reasoning mode {reasoning!r}; choose one of {', '.join(REASONING_MODES)}")
+    if expand_turns and format not in _EXPANDABLE:
+        raise ConfigError(f"--expand-turns works with {', '.join(_EXPANDABLE)}, not {format}")
     if not (run_dir / "shards").is_dir() and not (run_dir / "run.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
     _check_out(run_dir, out)
-    if format == "openai-batch-output":
-        file_format = "jsonl"  # the batch output format is defined as JSONL
-    convert = _Converter(format, think_open, think_close)
+    file_format = _FIXED_FILE_FORMAT.get(format, file_format)
+    style = Style(reasoning, think_open, think_close)
+    convert = _converter(format, style, expand_turns, tokenizer, chat_template, run_dir)
     splits = [("train", "shards")] + ([("rejects", "rejects")] if include_rejects else [])
     files: list[Path] = []
     counts: dict[str, int] = {}
+    schemas: dict[str, pa.Schema] = {}
     once = _Once(duplicated_hashes(run_dir))
     for split, kind in splits:
         parts = readable_parts(run_dir / kind)
@@ -101,19 +115,53 @@ def export_run(
                 writer.write(convert.rows(once.first(batch)))
         files += writer.files
         counts[split] = writer.rows
+        if schema is not None and writer.rows:
+            schemas[split] = schema
     _remove_stale(out / DATA_DIR, keep=set(files))
     summary: dict[str, Any] = {
         "format": format,
         "file_format": file_format,
+        "reasoning": reasoning,
+        "expand_turns": expand_turns,
         "files": [str(p.relative_to(out)) for p in files],
         "rows": counts["train"],
         "rejected_rows": counts.get("rejects", 0),
+        "skipped": dict(convert.skipped.most_common()),
+        "notes": dict(getattr(convert, "notes", {})),
         "data_files": {split: f"{DATA_DIR}/{split}-*.{file_format}" for split, _ in splits if counts[split]},
         "damaged": [str(d) for d in damaged_parts(run_dir)],
         "duplicates_skipped": once.skipped,
     }
-    summary["card"] = str(write_card(run_dir, out, summary))
+    summary["card"] = str(write_card(run_dir, out, summary, schemas=schemas, options=card))
     return summary
+
+
+def _converter(
+    format: str, style: Style, expand: bool, tokenizer: Path | None, chat_template: Path | None, run_dir: Path
+) -> Format:
+    thinking = bool(_generation(run_dir).get("thinking", True))
+    if format == "openai-batch-output":
+        return BatchOutput()
+    if format == "tokenized":
+        if tokenizer is None:
+            raise ConfigError(
+                "--format tokenized needs --tokenizer DIR (a local tokenizer folder; nothing is downloaded)"
+            )
+        from .tokenized import TokenizedConverter  # transformers is needed by this format only
+
+        return TokenizedConverter(tokenizer, chat_template, style, expand_turns=expand, thinking=thinking)
+    if tokenizer is not None or chat_template is not None:
+        raise ConfigError("--tokenizer and --chat-template are for --format tokenized")
+    return Converter(format, style, expand_turns=expand, thinking=thinking)
+
+
+def _generation(run_dir: Path) -> dict[str, Any]:
+    try:
+        manifest = orjson.loads((run_dir / "run.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    generation = (manifest.get("config") or {}).get("generation") if isinstance(manifest, dict) else None
+    return generation if isinstance(generation, dict) else {}
 
 
 def _check_out(run_dir: Path, out: Path) -> None:
@@ -162,95 +210,6 @@ class _Once:
                 self.seen.add(row["id"])
             kept.append(row)
         return kept
-
-
-class _Converter:
-    """Turns shard rows into rows of one export format."""
-
-    def __init__(self, format: str, think_open: str, think_close: str) -> None:
-        self.format = format
-        self.think_open = think_open
-        self.think_close = think_close
-        self._row: Callable[[Row], Row] = {
-            "chat": self._chat,
-            "sharegpt": self._sharegpt,
-            "openai-batch-output": self._batch_output,
-        }[format]
-        self._keep: list[str] = []
-        self._rejects = False
-
-    def schema(self, keep_fields: list[str], *, rejects: bool) -> pa.Schema | None:
-        """The output schema for parquet (None for the batch format, whose lines are built as JSON)."""
-        self._keep, self._rejects = keep_fields, rejects
-        if self.format == "openai-batch-output":
-            return None
-        body = pa.field("messages", pa.list_(MESSAGE_TYPE))
-        if self.format == "sharegpt":
-            body = pa.field("conversations", pa.list_(_TURN_TYPE))
-        extra = [pa.field(name, pa.string()) for name in keep_fields]
-        return pa.schema(
-            [_METADATA_FIELDS[0], body, *_METADATA_FIELDS[1:], *(REJECT_FIELDS if rejects else ()), *extra]
-        )
-
-    def rows(self, batch: list[Row]) -> list[Row]:
-        return [self._row(row) for row in batch]
-
-    def _content(self, row: Row) -> str:
-        return assistant_content(row.get("reasoning"), row.get("answer"), self.think_open, self.think_close)
-
-    def _metadata(self, row: Row) -> Row:
-        names = [f.name for f in _METADATA_FIELDS] + self._keep
-        if self._rejects:
-            names += ["reason", "detail"]
-        return {name: row.get(name) for name in names}
-
-    def _chat(self, row: Row) -> Row:
-        messages = [*(row.get("messages") or []), {"role": "assistant", "content": self._content(row)}]
-        return {**self._metadata(row), "messages": messages}
-
-    def _sharegpt(self, row: Row) -> Row:
-        turns = [
-            {"from": _SHAREGPT_ROLES.get(m["role"], m["role"]), "value": m["content"]} for m in row["messages"] or []
-        ]
-        turns.append({"from": "gpt", "value": self._content(row)})
-        return {**self._metadata(row), "conversations": turns}
-
-    def _batch_output(self, row: Row) -> Row:
-        return batch_output_line(row, rejected=self._rejects)
-
-
-def batch_output_line(row: Row, *, rejected: bool = False) -> Row:
-    """One line of an OpenAI/vLLM batch output file for a shard row; `custom_id` is the regen id.
-
-    Line and request ids are derived from the regen id, so exporting twice gives identical files. A rejected row
-    carries `error: {code: reason, message: detail}`, and a `response` only if a completion was received.
-    """
-    digest = hashlib.sha256(row["id"].encode()).hexdigest()
-    has_completion = row.get("finish_reason") is not None or row.get("answer") is not None
-    response = None
-    if not rejected or has_completion:
-        response = {"status_code": 200, "request_id": f"regen-req-{digest[:24]}", "body": _completion_body(row, digest)}
-    error = {"code": row.get("reason"), "message": row.get("detail")} if rejected else None
-    return {"id": f"regen-batch-{digest[:24]}", "custom_id": row["id"], "response": response, "error": error}
-
-
-def _completion_body(row: Row, digest: str) -> Row:
-    prompt, completion = row.get("prompt_tokens"), row.get("completion_tokens")
-    usage: Row = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": None}
-    if prompt is not None and completion is not None:
-        usage["total_tokens"] = prompt + completion
-    if row.get("reasoning_tokens") is not None:
-        usage["completion_tokens_details"] = {"reasoning_tokens": row["reasoning_tokens"]}
-    created = row.get("created_at")
-    message = {"role": "assistant", "content": row.get("answer"), "reasoning_content": row.get("reasoning")}
-    return {
-        "id": f"chatcmpl-{digest[:24]}",
-        "object": "chat.completion",
-        "created": int(created.timestamp()) if created is not None else 0,
-        "model": row.get("model"),
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": row.get("finish_reason")}],
-        "usage": usage,
-    }
 
 
 class SplitWriter:

@@ -1,0 +1,156 @@
+"""A shard row as the whole conversation it stands for, and that conversation in the shapes trainers read.
+
+A row's `messages` are what was sent for its last turn: the input's system and user turns, with every assistant
+turn regen generated before the last one in place as its answer only. The reasoning of those turns lives in
+`turns` (one entry per generated assistant turn, in order), and the last turn's in `reasoning`/`answer`.
+`conversation(row)` puts them back together: every assistant message with its reasoning (None when the model's
+reasoning is unknown: an input turn that was kept, with `generation.turns = "last"`) and whether regen generated it.
+
+Reasoning reaches a trainer in one of three ways (`REASONING_MODES`):
+- `field`: `reasoning_content` on each assistant message, where Qwen3.x chat templates, TRL and SpecForge's
+  thinking parser read it;
+- `inline`: `<think>\\n{reasoning}\\n</think>\\n\\n{answer}` in the content (a generated turn without reasoning
+  gets an empty think block);
+- `none`: the answer alone.
+
+`targets(conv)` are the turns a per-turn expansion trains on: each generated assistant turn, with the history
+before it stripped of reasoning (Qwen3.6 templates render reasoning only after the last user turn, so SpecForge
+trains multi-turn reasoning from one sample per assistant turn, and so does TRL's prompt/completion shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+REASONING_MODES = ("field", "inline", "none")
+SHAREGPT_ROLES = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+    reasoning: str | None = None  # assistant turns: the model's reasoning, None when unknown
+    generated: bool = False  # an assistant turn regen generated (not one kept from the input)
+    turn: Row | None = None  # the generated turn's entry of the `turns` column (token counts, finish reason)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One generated assistant turn and the conversation before it; `index` counts the conversation's assistant
+    turns from 0 (SpecForge's `assistant_turn_index`)."""
+
+    history: tuple[Message, ...]
+    turn: Message
+    index: int
+
+
+def conversation(row: Row) -> tuple[Message, ...]:
+    """The row's whole conversation; ends with the last generated turn when the row has a completion."""
+    messages = [Message(m["role"], m["content"] or "") for m in row.get("messages") or []]
+    turns = list(row.get("turns") or [])
+    has_final = row.get("finish_reason") is not None or row.get("answer") is not None
+    if not turns and has_final:  # schema version 1: the row's own columns are its one turn
+        turns = [{k: row.get(k) for k in ("reasoning", "answer", "finish_reason", "completion_tokens")}]
+    history_turns = turns[:-1] if has_final else turns
+    assistant = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    for i, turn in zip(assistant[len(assistant) - len(history_turns) :], history_turns, strict=False):
+        messages[i] = Message("assistant", messages[i].content, turn.get("reasoning"), True, turn)
+    if has_final:
+        final = turns[-1] if turns else {}
+        messages.append(Message("assistant", row.get("answer") or "", row.get("reasoning"), True, final))
+    return tuple(messages)
+
+
+def targets(conv: tuple[Message, ...]) -> list[Target]:
+    out = []
+    index = 0
+    for i, message in enumerate(conv):
+        if message.role != "assistant":
+            continue
+        if message.generated:
+            history = tuple(Message(m.role, m.content, None, m.generated, m.turn) for m in conv[:i])
+            out.append(Target(history, message, index))
+        index += 1
+    return out
+
+
+def think_block(reasoning: str | None, answer: str, think_open: str = "<think>", think_close: str = "</think>") -> str:
+    """The assistant turn a trainer sees inline: the reasoning inside think tags, a blank line, then the answer."""
+    return f"{think_open}\n{reasoning or ''}\n{think_close}\n\n{answer}"
+
+
+@dataclass(frozen=True)
+class Style:
+    """How messages are written: the reasoning mode and the think tags of `inline`."""
+
+    reasoning: str = "field"
+    think_open: str = "<think>"
+    think_close: str = "</think>"
+
+    def chat(self, message: Message) -> Row:
+        """`{role, content}` plus `reasoning_content` (null except on assistant turns) in `field` mode."""
+        content = message.content
+        if self.reasoning == "inline" and message.generated:
+            content = think_block(message.reasoning, content, self.think_open, self.think_close)
+        out: Row = {"role": message.role, "content": content}
+        if self.reasoning == "field":
+            out["reasoning_content"] = message.reasoning if message.role == "assistant" else None
+        return out
+
+    def sharegpt(self, message: Message) -> Row:
+        chat = self.chat(message)
+        out: Row = {"from": SHAREGPT_ROLES.get(message.role, message.role), "value": chat["content"]}
+        if self.reasoning == "field":
+            out["reasoning_content"] = chat["reasoning_content"]
+        return out
+
+
+def specforge_problem(conv: tuple[Message, ...] | list[Message], *, reasoning: bool, targets_only: bool) -> str | None:
+    """Why SpecForge's regenerated-data rules would refuse this conversation, or None.
+
+    The rules of its `scripts/validate_regenerated_data.py` (read, not copied): system turns only before the first
+    user turn, then strictly user/assistant alternation starting with user and ending with assistant, every content
+    a non-empty string; with `--strict-think-markers` no `<think>`/`</think>` (any case) in an assistant's content or
+    reasoning; with `--expect-reasoning` non-empty reasoning on every assistant turn (`targets_only`: on generated
+    turns only, for expanded rows whose history carries none).
+    """
+    if not conv:
+        return "empty_conversation"
+    expected, saw_user = "user", False
+    for m in conv:
+        if not m.content.strip():
+            return "empty_content"
+        if m.role == "system" and not saw_user:
+            continue
+        if m.role != expected:
+            return "role_order" if m.role in ("user", "assistant") else "unsupported_role"
+        saw_user = True
+        expected = "assistant" if m.role == "user" else "user"
+    if conv[-1].role != "assistant":
+        return "role_order"
+    for m in conv:
+        if m.role != "assistant":
+            continue
+        if _has_marker(m.content) or _has_marker(m.reasoning or ""):
+            return "think_marker"
+        wanted = reasoning and (m.generated or not targets_only)
+        if wanted and not (m.reasoning or "").strip():
+            return "missing_reasoning"
+    return None
+
+
+def _has_marker(text: str) -> bool:
+    lowered = text.lower()
+    return "<think>" in lowered or "</think>" in lowered
+
+
+def specforge_message(message: Message, *, reasoning: bool) -> Row:
+    """SpecForge's message shape: `reasoning_content` on assistant turns only, and only when it is kept."""
+    out: Row = {"role": message.role, "content": message.content}
+    if reasoning and message.role == "assistant" and message.reasoning is not None:
+        out["reasoning_content"] = message.reasoning
+    return out

@@ -1,0 +1,247 @@
+"""Whole conversations out of shard rows: every assistant turn with its own reasoning (from `turns`), in the chat,
+ShareGPT and TRL prompt/completion shapes, with reasoning as a field, inline or dropped, and expanded per turn."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import datasets
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import Config
+from pipeline.dataset.export import export_run
+from pipeline.dataset.shapes import conversation, targets
+from pipeline.errors import ConfigError
+from pipeline.schema import shard_schema, to_table
+
+ENDPOINTS = ("http://127.0.0.1:30000", "http://gpu-node-7.cluster.internal:30001")
+
+
+def turn(k: int, rid: str, endpoint: str = ENDPOINTS[0]) -> dict[str, Any]:
+    return {
+        "reasoning": f"{rid} reasoning {k}",
+        "answer": f"{rid} answer {k}",
+        "finish_reason": "stop",
+        "prompt_tokens": 10 * (k + 1),
+        "completion_tokens": 100 + k,
+        "reasoning_tokens": 60 + k,
+        "endpoint": endpoint,
+        "latency_s": 0.5,
+        "attempts": 1,
+    }
+
+
+def conv_row(rid: str, users: list[str], *, system: str | None = None, kept: dict[int, str] | None = None) -> dict:
+    """A shard row as the dispatcher writes it: `messages` = what was sent for the last turn (history answers
+    only), `turns` = every generated turn. `kept` = assistant turns kept from the input (turns = "last")."""
+    kept = kept or {}
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    turns = []
+    for k, user in enumerate(users):
+        messages.append({"role": "user", "content": user})
+        if k == len(users) - 1:
+            break
+        if k in kept:
+            messages.append({"role": "assistant", "content": kept[k]})
+        else:
+            turns.append(turn(len(turns), rid, ENDPOINTS[k % 2]))
+            messages.append({"role": "assistant", "content": turns[-1]["answer"]})
+    last = turn(len(turns), rid, ENDPOINTS[1])
+    turns.append(last)
+    return {
+        "id": rid,
+        "messages": messages,
+        "reasoning": last["reasoning"],
+        "answer": last["answer"],
+        "finish_reason": "stop",
+        "prompt_tokens": last["prompt_tokens"],
+        "completion_tokens": last["completion_tokens"],
+        "reasoning_tokens": last["reasoning_tokens"],
+        "model": "Qwen3.6-27B",
+        "endpoint": ENDPOINTS[1],
+        "attempts": 1,
+        "latency_s": 0.5,
+        "seed": 7,
+        "created_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        "turns": turns,
+        "source": "unit",
+    }
+
+
+def rows() -> list[dict[str, Any]]:
+    return [
+        conv_row("multi", ["hi", "and then?", "last one"], system="be brief"),
+        conv_row("single", ["only question"]),
+        conv_row("kept", ["q1", "q2"], kept={0: "an answer from the input"}),
+    ]
+
+
+def make_conversation_run(run_dir: Path, shard_rows: list[dict[str, Any]] | None = None, **generation: Any) -> None:
+    (run_dir / "shards").mkdir(parents=True)
+    (run_dir / "rejects").mkdir()
+    table = to_table(shard_rows or rows(), shard_schema(["source"]))
+    pq.write_table(table, run_dir / "shards" / "part-w0-00000-00000000.parquet")
+    config = Config().to_dict()
+    config["generation"].update({"model": "Qwen3.6-27B", **generation})
+    config["input"]["keep_fields"] = ["source"]
+    config["endpoints"] = [{"url": url, "concurrency": 8} for url in ENDPOINTS]
+    preflight = {"endpoints": [{"url": url, "ok": True, "version": "0.5.23", "checks": []} for url in ENDPOINTS]}
+    (run_dir / "run.json").write_bytes(orjson.dumps({"config": config, "preflight": preflight}))
+
+
+def load(out: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    builder = "json" if summary["file_format"] == "jsonl" else "parquet"
+    files = str(out / summary["data_files"]["train"])
+    cache = str(out.parent / "hf-cache")
+    return list(datasets.load_dataset(builder, data_files=files, split="train", cache_dir=cache))
+
+
+def test_conversation_puts_each_turns_reasoning_back() -> None:
+    multi, _, kept = rows()
+    conv = conversation(multi)
+    assert [m.role for m in conv] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assistant = [m for m in conv if m.role == "assistant"]
+    assert [(m.content, m.reasoning) for m in assistant] == [
+        (f"multi answer {k}", f"multi reasoning {k}") for k in range(3)
+    ]
+    assert [t.index for t in targets(conv)] == [0, 1, 2]
+    assert all(m.reasoning is None for m in targets(conv)[2].history)
+    conv = conversation(kept)
+    assert [(m.content, m.reasoning, m.generated) for m in conv if m.role == "assistant"] == [
+        ("an answer from the input", None, False),
+        ("kept answer 0", "kept reasoning 0", True),
+    ]
+    assert [t.index for t in targets(conv)] == [1]  # the kept turn is no target
+
+
+def _assistant(content: str, reasoning: str | None) -> dict[str, Any]:
+    return {"role": "assistant", "content": content, "reasoning_content": reasoning}
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "jsonl"])
+def test_chat_field_is_the_default_and_covers_every_turn(tmp_path: Path, file_format: str) -> None:
+    make_conversation_run(tmp_path / "run")
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="chat", out=out, file_format=file_format)
+    assert summary["reasoning"] == "field" and summary["rows"] == 3
+    got = {r["id"]: r for r in load(out, summary)}
+
+    def plain(role: str, content: str) -> dict[str, Any]:
+        return {"role": role, "content": content, "reasoning_content": None}
+
+    assert got["multi"]["messages"] == [
+        plain("system", "be brief"),
+        plain("user", "hi"),
+        _assistant("multi answer 0", "multi reasoning 0"),
+        plain("user", "and then?"),
+        _assistant("multi answer 1", "multi reasoning 1"),
+        plain("user", "last one"),
+        _assistant("multi answer 2", "multi reasoning 2"),
+    ]
+    assert got["kept"]["messages"][1] == _assistant("an answer from the input", None)
+    assert got["multi"]["completion_tokens"] == 102 and got["multi"]["source"] == "unit"
+
+
+def test_inline_puts_a_think_block_on_every_generated_turn(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="chat", out=out, reasoning="inline")
+    got = {r["id"]: r for r in load(out, summary)}
+    contents = [m["content"] for m in got["multi"]["messages"] if m["role"] == "assistant"]
+    assert contents == [f"<think>\nmulti reasoning {k}\n</think>\n\nmulti answer {k}" for k in range(3)]
+    assert set(got["multi"]["messages"][0]) == {"role", "content"}
+    kept = [m["content"] for m in got["kept"]["messages"] if m["role"] == "assistant"]
+    assert kept == ["an answer from the input", "<think>\nkept reasoning 0\n</think>\n\nkept answer 0"]
+
+
+def test_none_drops_the_reasoning(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="chat", out=out, reasoning="none")
+    got = {r["id"]: r for r in load(out, summary)}
+    assert got["single"]["messages"] == [
+        {"role": "user", "content": "only question"},
+        {"role": "assistant", "content": "single answer 0"},
+    ]
+    message = pq.read_schema(out / "data" / "train-00000.parquet").field("messages").type.value_type
+    assert [message.field(i).name for i in range(message.num_fields)] == ["role", "content"]
+
+
+def test_sharegpt_is_inline_by_default_and_can_carry_the_field(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="sharegpt", out=out)
+    multi = {r["id"]: r for r in load(out, summary)}["multi"]["conversations"]
+    assert [t["from"] for t in multi] == ["system", "human", "gpt", "human", "gpt", "human", "gpt"]
+    assert multi[2]["value"] == "<think>\nmulti reasoning 0\n</think>\n\nmulti answer 0"
+    summary = export_run(tmp_path / "run", format="sharegpt", out=out, reasoning="field")
+    multi = {r["id"]: r for r in load(out, summary)}["multi"]["conversations"]
+    assert multi[4] == {"from": "gpt", "value": "multi answer 1", "reasoning_content": "multi reasoning 1"}
+
+
+def is_trl_conversational_prompt_completion(example: dict[str, Any]) -> bool:
+    """TRL's rules for a conversational prompt/completion example (trl.data_utils.is_conversational and the
+    SFT trainer's prompt-completion branch, re-stated): `prompt` and `completion` are lists of messages, each a
+    dict with `role` and `content`; the completion holds the assistant turn(s) the loss is computed on."""
+    for key in ("prompt", "completion"):
+        messages = example.get(key)
+        if not isinstance(messages, list) or not messages:
+            return False
+        if not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+            return False
+    return all(m["role"] == "assistant" for m in example["completion"])
+
+
+def test_prompt_completion_is_trls_conversational_shape(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="prompt-completion", out=out)
+    got = {r["id"]: r for r in load(out, summary)}
+    assert all(is_trl_conversational_prompt_completion(r) for r in got.values())
+    multi = got["multi"]
+    assert multi["prompt"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "multi answer 0"},
+        {"role": "user", "content": "and then?"},
+        {"role": "assistant", "content": "multi answer 1"},
+        {"role": "user", "content": "last one"},
+    ]
+    assert multi["completion"] == [_assistant("multi answer 2", "multi reasoning 2")]
+
+
+def test_expand_turns_gives_one_row_per_generated_turn(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="prompt-completion", out=out, expand_turns=True)
+    got = {r["id"]: r for r in load(out, summary)}
+    assert sorted(got) == ["kept#turn1", "multi#turn0", "multi#turn1", "multi#turn2", "single#turn0"]
+    second = got["multi#turn1"]
+    assert second["source_id"] == "multi" and second["assistant_turn_index"] == 1
+    assert [m["content"] for m in second["prompt"]] == ["be brief", "hi", "multi answer 0", "and then?"]
+    assert second["completion"] == [_assistant("multi answer 1", "multi reasoning 1")]
+    assert (second["prompt_tokens"], second["completion_tokens"], second["reasoning_tokens"]) == (20, 101, 61)
+    summary = export_run(tmp_path / "run", format="chat", out=out, expand_turns=True)
+    chat = {r["id"]: r for r in load(out, summary)}["multi#turn1"]["messages"]
+    assert [m["reasoning_content"] for m in chat] == [None, None, None, None, "multi reasoning 1"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"format": "chat", "reasoning": "hidden"}, "unknown reasoning mode"),
+        ({"format": "openai-batch-output", "expand_turns": True}, "expand-turns"),
+        ({"format": "specforge", "reasoning": "inline"}, "reasoning_content"),
+        ({"format": "tokenized"}, "--tokenizer"),
+        ({"format": "chat", "tokenizer": Path("tok")}, "for --format tokenized"),
+    ],
+    ids=["reasoning", "expand", "specforge-inline", "no-tokenizer", "tokenizer-elsewhere"],
+)
+def test_bad_combinations(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+    make_conversation_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match=match):
+        export_run(tmp_path / "run", out=tmp_path / "out", **kwargs)
