@@ -1,0 +1,197 @@
+"""The tokenized export: each conversation rendered with the model's own chat template, as `input_ids` and a 0/1
+`loss_mask` that is 1 exactly on the tokens the model generated.
+
+What "generated" means is read from the template itself: for assistant turn i, the generation prompt is the
+template applied to the messages before it with `add_generation_prompt=True`; the turn's tokens start where the
+full rendering departs from that prompt (for Qwen3.6 templates, after `<|im_start|>assistant\\n<think>\\n`) and end
+with the template's end-of-turn token (found by rendering a probe turn: the first special token after its
+content). So the mask covers the reasoning, `</think>`, the answer and the end-of-turn token, and never a role
+header, the prompt's `<think>` or the newline a template puts after the end-of-turn token.
+
+The text is tokenized piece by piece (template, turn, template, ...), as a server sees it: the prompt's tokens,
+then the completion's. The ids are a re-tokenization of the stored text, not the ids the server produced (the run
+stores no token ids); a sampled completion can be tokenized differently by the model than by its tokenizer.
+
+Templates that render reasoning only after the last user turn (Qwen3.x) show history turns without it: those
+turns are masked as rendered (answer and end-of-turn), and the summary counts them (`notes`); `--expand-turns`
+gives one row per turn, each with its reasoning. `transformers` loads the tokenizer from a local folder only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import ConfigError
+from ..schema import REJECT_FIELDS
+from .shapes import Message, Style, conversation, targets
+
+Row = dict[str, Any]
+_PROBE = "regen-probe-answer"
+
+
+class TokenizedConverter:
+    def __init__(
+        self,
+        tokenizer_dir: Path,
+        chat_template: Path | None,
+        style: Style,
+        *,
+        expand_turns: bool = False,
+        thinking: bool = True,
+    ) -> None:
+        self.tokenizer = load_tokenizer(tokenizer_dir, chat_template)
+        self.style = Style("field" if style.reasoning == "inline" else style.reasoning)
+        self.expand, self.thinking = expand_turns, thinking
+        self.end_of_turn = end_of_turn(self.tokenizer, thinking)
+        self.skipped: Counter[str] = Counter()
+        self.notes: Counter[str] = Counter()
+        self._keep: list[str] = []
+        self._rejects = False
+
+    def schema(self, keep_fields: list[str], *, rejects: bool) -> pa.Schema:
+        self._keep, self._rejects = keep_fields, rejects
+        fields = [pa.field("id", pa.string())]
+        if self.expand:
+            fields += [pa.field("source_id", pa.string()), pa.field("assistant_turn_index", pa.int32())]
+        fields += [
+            pa.field("input_ids", pa.list_(pa.int32())),
+            pa.field("loss_mask", pa.list_(pa.int8())),
+            pa.field("num_tokens", pa.int32()),
+            pa.field("num_loss_tokens", pa.int32()),
+            pa.field("model", pa.string()),
+        ]
+        fields += list(REJECT_FIELDS) if rejects else []
+        return pa.schema(fields + [pa.field(name, pa.string()) for name in keep_fields])
+
+    def rows(self, batch: list[Row]) -> list[Row]:
+        out: list[Row] = []
+        for row in batch:
+            conv = conversation(row)
+            found = targets(conv)
+            if not found:
+                self.skipped["no_generated_turn"] += 1
+                continue
+            if not self.expand:
+                positions = [i for i, m in enumerate(conv) if m.generated]
+                out += self._row(row, conv, positions, {"id": row["id"]})
+                continue
+            for target in found:
+                head = {"id": f"{row['id']}#turn{target.index}", "source_id": row["id"]}
+                head["assistant_turn_index"] = target.index
+                sample = (*target.history, target.turn)
+                out += self._row(row, sample, [len(sample) - 1], head)
+        return out
+
+    def _row(self, row: Row, conv: tuple[Message, ...], positions: list[int], head: Row) -> list[Row]:
+        try:
+            ids, mask = self.tokenize(conv, positions)
+        except _Unrenderable as exc:
+            self.skipped[str(exc)] += 1
+            return []
+        extra = {name: row.get(name) for name in self._keep + (["reason", "detail"] if self._rejects else [])}
+        body = {"input_ids": ids, "loss_mask": mask, "num_tokens": len(ids), "num_loss_tokens": sum(mask)}
+        return [{**head, **body, "model": row.get("model"), **extra}]
+
+    def tokenize(self, conv: tuple[Message, ...], positions: list[int]) -> tuple[list[int], list[int]]:
+        """`input_ids` and `loss_mask` of `conv`, with the assistant turns at `positions` as generated."""
+        messages = [self._message(m) for m in conv]
+        full = self._render(messages, generation_prompt=False)
+        spans: list[tuple[int, int]] = []
+        for i in positions:
+            prompt = self._render(messages[:i], generation_prompt=True)
+            start = _common_prefix(prompt, full)
+            if spans and start < spans[-1][1]:
+                raise _Unrenderable("template_reorders_turns")
+            end = full.find(self.end_of_turn, start)
+            if end < 0:
+                raise _Unrenderable("no_end_of_turn")
+            spans.append((start, end + len(self.end_of_turn)))
+            reasoning = conv[i].reasoning
+            if reasoning and reasoning not in full[start:end]:
+                self.notes["reasoning_not_rendered"] += 1
+        ids: list[int] = []
+        mask: list[int] = []
+        cursor = 0
+        for start, end in spans:
+            for piece, bit in ((full[cursor:start], 0), (full[start:end], 1)):
+                piece_ids = self._encode(piece)
+                ids += piece_ids
+                mask += [bit] * len(piece_ids)
+            cursor = end
+        tail = self._encode(full[cursor:])
+        return ids + tail, mask + [0] * len(tail)
+
+    def _message(self, m: Message) -> Row:
+        out: Row = {"role": m.role, "content": m.content}
+        if m.role == "assistant" and m.reasoning is not None and self.style.reasoning == "field":
+            out["reasoning_content"] = m.reasoning
+        return out
+
+    def _render(self, messages: list[Row], *, generation_prompt: bool) -> str:
+        return render(self.tokenizer, messages, generation_prompt=generation_prompt, thinking=self.thinking)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+class _Unrenderable(Exception):
+    """A conversation the template cannot render as prompt + generated turns; the message is the skip reason."""
+
+
+def load_tokenizer(folder: Path, chat_template: Path | None) -> Any:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ConfigError("--format tokenized needs transformers: pip install transformers") from None
+    if not folder.is_dir():
+        raise ConfigError(f"--tokenizer {folder}: not a folder (a local tokenizer folder; nothing is downloaded)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--tokenizer {folder}: cannot load a tokenizer: {exc}") from None
+    if chat_template is not None:
+        try:
+            tokenizer.chat_template = chat_template.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--chat-template {chat_template}: {exc.strerror or exc}") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"--tokenizer {folder} has no chat template; give one with --chat-template FILE")
+    return tokenizer
+
+
+def render(tokenizer: Any, messages: list[Row], *, generation_prompt: bool, thinking: bool) -> str:
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=thinking
+    )
+    return str(text)
+
+
+def end_of_turn(tokenizer: Any, thinking: bool) -> str:
+    """The special token that closes an assistant turn in this template: the first one after a probe turn's text."""
+    probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PROBE}]
+    text = render(tokenizer, probe, generation_prompt=False, thinking=thinking)
+    tail = text[text.rfind(_PROBE) + len(_PROBE) :]
+    specials = [str(t) for t in getattr(tokenizer, "all_special_tokens", [])]
+    specials += [str(t) for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if getattr(t, "special", 0)]
+    found = sorted((tail.find(t), t) for t in set(specials) if t and t in tail)
+    if not found:
+        raise ConfigError("cannot tell the chat template's end-of-turn token: no special token follows a turn")
+    return found[0][1]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # binary search for the first difference
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

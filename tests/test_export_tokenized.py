@@ -1,0 +1,147 @@
+"""`--format tokenized`: rows rendered with a Qwen3-style chat template by a tiny byte-level BPE tokenizer built
+here (the `tokenizers` library; nothing downloaded), whose loss masks, decoded, give back exactly each generated
+assistant turn: reasoning, `</think>`, answer and `<|im_end|>`, never a header or the prompt's `<think>`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.dataset.export import export_run
+from pipeline.errors import ConfigError
+from tests.test_export_shapes import make_conversation_run, rows
+
+pytest.importorskip("transformers")
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+# Qwen3.6-shaped: reasoning rendered only for assistant turns after the last user turn, `<think>\n` in the
+# generation prompt when thinking is on.
+QWEN3_STYLE = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{{ '<|im_start|>assistant\\n' }}"
+    "{%- if loop.index0 > ns.last_user and m.reasoning_content is string -%}"
+    "{{ '<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' }}"
+    "{%- endif -%}"
+    "{{ m.content + '<|im_end|>\\n' }}"
+    "{%- else -%}"
+    "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is not defined or enable_thinking -%}{{ '<think>\\n' }}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=SPECIAL, initial_alphabet=alphabet)
+    tok.train_from_iterator(["multi answer reasoning single kept question be brief and then last one"] * 20, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast.add_special_tokens({"additional_special_tokens": SPECIAL[1:]})
+    fast.chat_template = QWEN3_STYLE
+    folder = tmp_path_factory.mktemp("tokenizer")
+    fast.save_pretrained(str(folder))
+    return folder
+
+
+def _decode(tokenizer_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    return lambda ids: tok.decode(ids, skip_special_tokens=False)
+
+
+def masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
+    """The maximal runs of masked tokens, in order: one per trained assistant turn."""
+    runs: list[list[int]] = []
+    for i, (token, bit) in enumerate(zip(ids, mask, strict=True)):
+        if bit:
+            if i == 0 or not mask[i - 1]:
+                runs.append([])
+            runs[-1].append(token)
+    return runs
+
+
+def generated(k: int, rid: str = "multi") -> str:
+    return f"{rid} reasoning {k}\n</think>\n\n{rid} answer {k}<|im_end|>"
+
+
+def _export(tmp_path: Path, tokenizer_dir: Path, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    out = tmp_path / "out"
+    summary = export_run(tmp_path / "run", format="tokenized", out=out, tokenizer=tokenizer_dir, **kwargs)
+    assert summary["file_format"] == "parquet"
+    files = str(out / summary["data_files"]["train"])
+    loaded = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
+    return {r["id"]: {**r, "_summary": summary} for r in loaded}
+
+
+def test_expanded_rows_mask_exactly_each_generated_turn(tmp_path: Path, tokenizer_dir: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    got = _export(tmp_path, tokenizer_dir, expand_turns=True)
+    decode = _decode(tokenizer_dir)
+    assert sorted(got) == ["kept#turn1", "multi#turn0", "multi#turn1", "multi#turn2", "single#turn0"]
+    for k in range(3):
+        row = got[f"multi#turn{k}"]
+        assert row["num_tokens"] == len(row["input_ids"]) == len(row["loss_mask"])
+        assert row["num_loss_tokens"] == sum(row["loss_mask"])
+        assert [decode(run) for run in masked_runs(row["input_ids"], row["loss_mask"])] == [generated(k)]
+        text = decode(row["input_ids"])
+        assert text.endswith("<|im_start|>assistant\n<think>\n" + generated(k) + "\n")  # the prompt's <think> is 0
+    assert [decode(r) for r in masked_runs(got["kept#turn1"]["input_ids"], got["kept#turn1"]["loss_mask"])] == [
+        generated(0, "kept")
+    ]
+    # The history of turn 2 is rendered as the server saw it: answers only, no loss on them.
+    history = decode(got["multi#turn2"]["input_ids"])
+    assert "multi answer 0<|im_end|>" in history and "multi reasoning 0" not in history
+
+
+def test_whole_conversations_mask_history_turns_as_the_template_renders_them(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    make_conversation_run(tmp_path / "run")
+    got = _export(tmp_path, tokenizer_dir)
+    decode = _decode(tokenizer_dir)
+    multi = got["multi"]
+    runs = [decode(r) for r in masked_runs(multi["input_ids"], multi["loss_mask"])]
+    assert runs == ["multi answer 0<|im_end|>", "multi answer 1<|im_end|>", generated(2)]
+    assert multi["_summary"]["notes"] == {"reasoning_not_rendered": 2}  # the history turns of "multi"
+    kept = got["kept"]
+    assert [decode(r) for r in masked_runs(kept["input_ids"], kept["loss_mask"])] == [generated(0, "kept")]
+    assert "an answer from the input" in decode(kept["input_ids"])  # an input turn: context, never trained on
+    schema = pq.read_schema(tmp_path / "out" / "data" / "train-00000.parquet")
+    assert schema.field("loss_mask").type.value_type == pa.int8()
+
+
+def test_a_chat_template_file_replaces_the_tokenizers(tmp_path: Path, tokenizer_dir: Path) -> None:
+    template = tmp_path / "template.jinja"
+    template.write_text(QWEN3_STYLE.replace("'<think>\\n' }}{%- endif -%}", "'' }}{%- endif -%}"))
+    make_conversation_run(tmp_path / "run", [r for r in rows() if r["id"] == "single"])
+    got = _export(tmp_path, tokenizer_dir, chat_template=template)
+    decode = _decode(tokenizer_dir)
+    single = got["single"]
+    assert [decode(r) for r in masked_runs(single["input_ids"], single["loss_mask"])] == [
+        "<think>\nsingle reasoning 0\n</think>\n\nsingle answer 0<|im_end|>"  # <think> is generated here
+    ]
+
+
+def test_a_missing_tokenizer_is_a_config_error(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match="not a folder"):
+        export_run(tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=tmp_path / "nowhere")
