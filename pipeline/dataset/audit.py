@@ -182,7 +182,7 @@ class _Tally:
     def _turn(self, k: int, turn: StoredTurn, verdict: Verdict, label: str, source: str) -> None:
         self.turns += 1
         self.missing += turn.missing
-        at = self.by_turn.setdefault(k, {"turns": 0, "failing": 0, "by_reason": Counter()})
+        at = self.by_turn.get(k) or self.by_turn.setdefault(k, {"turns": 0, "failing": 0, "by_reason": Counter()})
         at["turns"] += 1
         if not turn.missing:
             self._pending["answer_chars"].append(len(turn.answer))
@@ -202,7 +202,9 @@ class _Tally:
         name = value if isinstance(value, str) else "(none)" if value is None else orjson.dumps(value).decode()
         if name not in self.groups and len(self.groups) >= MAX_GROUPS:
             name = OTHER
-        group = self.groups.setdefault(name, {"rows": 0, "failing_rows": 0, "by_reason": Counter()})
+        group = self.groups.get(name) or self.groups.setdefault(
+            name, {"rows": 0, "failing_rows": 0, "by_reason": Counter()}
+        )
         group["rows"] += 1
         group["failing_rows"] += bool(reasons)
         group["by_reason"].update(reasons)

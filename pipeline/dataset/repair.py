@@ -72,7 +72,7 @@ def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject
         for path, kind in kinds.items():
             target = out / names[path]
             tmp = target.with_name(f".{target.name}{_TMP}")
-            with _output_errors(tmp):
+            with _output_errors(path, tmp):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _WRITERS[kind](repair, path, tmp)
             written.append((tmp, target))
@@ -152,6 +152,7 @@ class _Repair:
         """The row to write: `data` itself (untouched), a repaired copy, or None (dropped)."""
         self.counts["rows"] += 1
         verdict = audit_row(data, self.audit)
+        self.style = self.style or next((turn.style for turn, _ in verdict.turns if turn.style), "")
         reasons = verdict.reasons() or ["ok"]
         row_id = self._id(data)
         if row_id in self.accepted:
@@ -209,7 +210,6 @@ class _Repair:
             split_message(raw[i], m["content"])[3] if m["role"] == "assistant" else "" for i, m in enumerate(messages)
         ]
         fallback = next((s for s in styles if s), "") or self.style or INLINE
-        self.style = self.style or fallback
         new = [dict(m) for m in raw]
         for position, (reasoning, answer) in zip(positions, turns, strict=True):
             if position == len(raw):
@@ -365,10 +365,10 @@ class _Listing:
 
 
 @contextmanager
-def _output_errors(tmp: Path) -> Iterator[None]:
-    """OSError or an Arrow error while writing one output file: OutputError naming it, the hidden file removed."""
+def _output_errors(path: Path, tmp: Path) -> Iterator[None]:
+    """OSError or an Arrow error while repairing one file: OutputError naming it, the hidden copy removed."""
     try:
         yield
     except (OSError, pa.ArrowException) as exc:
         tmp.unlink(missing_ok=True)
-        raise OutputError(f"{tmp}: cannot write the repaired file: {exc}") from None
+        raise OutputError(f"{path}: cannot write its repaired copy {tmp}: {exc}") from None

@@ -1,0 +1,158 @@
+"""The repaired export (dataset/repair.py) on hand-made run directories: which row gets what, where the reasoning
+goes, rejected rows kept or dropped and listed, ids by content hash, the output written atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import Config, InputConfig
+from pipeline.dataset.repair import ROWS, export_repaired
+from pipeline.dataset.stored import content_id
+from pipeline.errors import ConfigError, RegenError
+
+Q = {"role": "user", "content": "Why is the sky blue?"}
+SHORT = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+
+
+def _rows() -> list[dict[str, Any]]:
+    return [
+        {"id": "clean", "messages": [Q, {"role": "assistant", "content": "Rayleigh.", "reasoning_content": "r"}]},
+        {"id": "field", "messages": [Q, {"role": "assistant", "content": "", "reasoning_content": "", "x": 1}]},
+        {"id": "inline", "messages": [Q, {"role": "assistant", "content": "<think>cut off"}]},
+        {"id": "again", "messages": [Q, {"role": "assistant", "content": ""}]},
+        {"id": "missing", "messages": [Q]},
+        {"id": "sharegpt", "conversations": [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": ""}]},
+        {"id": "pending", "messages": [Q, {"role": "assistant", "content": ""}]},
+    ]
+
+
+def _run(tmp_path: Path, original: Path, accepted: dict[str, list[tuple[str | None, str]]], rejected: list[str],
+         **input_kw: Any) -> Path:  # fmt: skip
+    run = tmp_path / "run"
+    (run / "shards").mkdir(parents=True)
+    (run / "rejects").mkdir()
+    cfg = Config(input=InputConfig(path=str(original), **input_kw))
+    (run / "run.json").write_bytes(orjson.dumps({"config": cfg.to_dict()}))
+    turns = [{"id": i, "turns": [{"reasoning": r, "answer": a} for r, a in t]} for i, t in accepted.items()]
+    pq.write_table(pa.Table.from_pylist(turns), run / "shards" / "part-0.parquet")
+    pq.write_table(
+        pa.table({"id": rejected, "reason": ["empty_answer"] * len(rejected)}), run / "rejects" / "r.parquet"
+    )
+    return run
+
+
+ACCEPTED = {
+    "field": [("new reasoning", "new answer")],
+    "inline": [("thought", "done")],
+    "missing": [("why", "because")],
+    "sharegpt": [("hmm", "A.")],
+}
+
+
+def _written(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        return pq.read_table(path).to_pylist()
+    if path.suffix == ".json":
+        return orjson.loads(path.read_bytes())
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_each_row_gets_its_fate_and_reasoning_where_the_original_keeps_it(tmp_path: Path, suffix: str) -> None:
+    original = tmp_path / "in" / f"data{suffix}"
+    original.parent.mkdir()
+    rows = _rows()
+    if suffix == ".json":
+        original.write_bytes(orjson.dumps(rows))
+    else:
+        original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    report = export_repaired(_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
+    out = {r["id"]: r for r in _written(tmp_path / "out" / original.name)}
+    assert list(out) == [r["id"] for r in rows]
+    assert out["clean"] == rows[0] and out["again"] == rows[3] and out["pending"] == rows[6]
+    fixed = {"role": "assistant", "content": "new answer", "reasoning_content": "new reasoning", "x": 1}
+    assert out["field"]["messages"][1] == fixed  # the message's other keys kept
+    assert out["inline"]["messages"][1]["content"] == "<think>\nthought\n</think>\n\ndone"
+    new_turn = {"role": "assistant", "content": "because", "reasoning_content": "why"}  # as the file's first row
+    assert out["missing"]["messages"][1] == new_turn
+    assert out["sharegpt"]["conversations"][1] == {"from": "gpt", "value": "A.", "reasoning_content": "hmm"}
+    assert (report["rows"], report["repaired"], report["rejected_kept"], report["left"]) == (7, 4, 1, 2)
+    listed = [orjson.loads(line) for line in (tmp_path / "out" / ROWS).read_bytes().splitlines()]
+    assert [(x["id"], x["reason"]) for x in listed] == [("again", "empty_answer"), ("pending", "empty_response")]
+    assert report["by_reason"]["empty_response"] == {"repaired": 3, "rejected_kept": 1, "left": 1}
+
+
+def test_drop_leaves_rejected_rows_out_and_lists_them(tmp_path: Path) -> None:
+    original = tmp_path / "data.jsonl"
+    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
+    run = _run(tmp_path, original, ACCEPTED, ["again"])
+    report = export_repaired(run, original=str(original), out=tmp_path / "out", on_reject="drop")
+    assert "again" not in {r["id"] for r in _written(tmp_path / "out" / "data.jsonl")}
+    assert report["dropped"] == 1 and b'"again"' in (tmp_path / "out" / ROWS).read_bytes()
+
+
+def test_parquet_uses_the_message_structs_reasoning_field(tmp_path: Path) -> None:
+    original = tmp_path / "data.parquet"
+    rows = [r for r in _rows() if "messages" in r and r["id"] != "missing"]
+    table = pa.Table.from_pylist([{**r, "score": float(i)} for i, r in enumerate(rows)])
+    pq.write_table(table, original)
+    export_repaired(_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
+    out = pq.read_table(tmp_path / "out" / "data.parquet")
+    assert out.schema == table.schema
+    got = {r["id"]: r for r in out.to_pylist()}
+    want = {r["id"]: r for r in table.to_pylist()}
+    assert got["clean"] == want["clean"] and got["again"] == want["again"]
+    assert got["inline"]["messages"][1]["content"] == "<think>\nthought\n</think>\n\ndone"  # its own style
+    assert got["field"]["messages"][1]["reasoning_content"] == "new reasoning"
+
+
+def test_rows_without_ids_match_by_the_readers_content_hash(tmp_path: Path) -> None:
+    original = tmp_path / "data.jsonl"
+    rows = [{"messages": [Q, {"role": "assistant", "content": ""}]}, {"messages": SHORT}]
+    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    hashed = content_id([{"role": "system", "content": "Be brief."}, Q, {"role": "assistant", "content": ""}])
+    run = _run(tmp_path, original, {hashed: [("r", "fixed")]}, [], system_prompt="Be brief.")
+    report = export_repaired(run, original=None, out=tmp_path / "out")
+    out = _written(tmp_path / "out" / "data.jsonl")
+    assert out[0]["messages"][1]["content"] == "<think>\nr\n</think>\n\nfixed" and out[1] == rows[1]
+    assert report["repaired"] == 1
+
+
+def test_a_failed_export_leaves_the_previous_output_and_a_rerun_completes(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
+    run = _run(tmp_path, folder, ACCEPTED, [])
+    out = tmp_path / "out"
+    export_repaired(run, original=None, out=out)
+    before = (out / "a.jsonl").read_bytes()
+    (folder / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()[:2]))
+    (folder / "c.jsonl.gz").write_bytes(b"not gzip")  # fails after a.jsonl and b.jsonl were written hidden
+    with pytest.raises(RegenError, match="c.jsonl.gz"):
+        export_repaired(run, original=f"{folder}/*.jsonl*", out=out)
+    assert (out / "a.jsonl").read_bytes() == before and not (out / "b.jsonl").exists()
+    (folder / "c.jsonl.gz").unlink()
+    report = export_repaired(run, original=None, out=out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["a.jsonl", "b.jsonl", ROWS, "repair-report.json"])
+    assert report["files"] == ["a.jsonl", "b.jsonl"]
+
+
+def test_the_output_never_overwrites_the_original(tmp_path: Path) -> None:
+    original = tmp_path / "data.jsonl"
+    original.write_bytes(orjson.dumps(_rows()[0]) + b"\n")
+    run = _run(tmp_path, original, {}, [])
+    with pytest.raises(ConfigError, match="holds original files"):
+        export_repaired(run, original=None, out=tmp_path)
+    with pytest.raises(ConfigError, match="inside the run directory"):
+        export_repaired(run, original=None, out=run / "x")
+    samples = dataclasses.replace(Config(), generation=dataclasses.replace(Config().generation, samples=2))
+    (run / "run.json").write_bytes(orjson.dumps({"config": samples.to_dict()}))
+    with pytest.raises(ConfigError, match="samples"):
+        export_repaired(run, original=None, out=tmp_path / "out")
