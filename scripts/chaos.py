@@ -14,10 +14,15 @@ that window (a journal whose part is already committed: killed between the renam
 run finishes the rest. Then: every input id must be in exactly one of shards/rejects, and every committed file
 must read whole.
 
+Two more faults of a two-day run, on request: `--damage N` truncates N committed shard parts between rounds (as a
+bad disk or a half-copied file would; the next run must set each aside into RUN_DIR/damaged/ and regenerate its
+rows), and `--hang P` makes the simulator hold a share P of requests forever while /health stays 200 (each must be
+given up at its deadline, aborted and retried; the config scales `client.hang_floor_s` down to 1 s).
+
 Wasted work is measured, not inferred: the simulator counts every generation that ran to its end, and every final
 row records the attempts it took, so `generations_total - sum(attempts)` is what the kills threw away. The bound it
 is checked against, per kill, is the requests in flight (`concurrency` per worker) plus `sync_interval_s` of
-completions at the rate measured during the rounds.
+completions at the rate measured during the rounds, plus the rows of damaged parts (generated again by design).
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ def start_sim(args: list[str]) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int) -> Path:
+def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int, hang: bool = False) -> Path:
     with open(work / "prompts.jsonl", "wb") as fh:
         for i in range(n):
             fh.write(orjson.dumps({"id": f"c{i:06d}", "prompt": f"Chaos prompt {i}: count to {i % 17}."}) + b"\n")
@@ -85,7 +90,8 @@ def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int) -
         f"row_group_rows = 16\nsync_interval_s = {sync_s}\n"
         '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 2048\n'
         "[client]\nbackoff_base_s = 0.01\nbackoff_max_s = 0.1\ndrain_timeout_s = 5\n"
-        f'[[endpoints]]\nurl = "{url}"\nconcurrency = {CONCURRENCY}\n'
+        + ("request_timeout_s = 120\nhang_floor_s = 1\n" if hang else "")
+        + f'[[endpoints]]\nurl = "{url}"\nconcurrency = {CONCURRENCY}\n'
     )
     return cfg
 
@@ -208,16 +214,37 @@ def plan_round(rng: random.Random, k: int, max_workers: int, small: int, normal:
     )
 
 
+def damage_one(run_dir: Path, rng: random.Random) -> int:
+    """Truncate a random committed shard part to half its size; returns the rows it held (0 if none)."""
+    parts = sorted((run_dir / "shards").glob("part-*.parquet"))
+    if not parts:
+        return 0
+    victim = rng.choice(parts)
+    rows = pq.ParquetFile(victim).metadata.num_rows
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    return rows
+
+
 def chaos(
-    prompts: int, kills: int, max_workers: int, seed: int, decode_rate: int, sync_s: float, small_shard_rows: int
+    prompts: int,
+    kills: int,
+    max_workers: int,
+    seed: int,
+    decode_rate: int,
+    sync_s: float,
+    small_shard_rows: int,
+    damage: int = 0,
+    hang: float = 0.0,
 ) -> dict[str, Any]:
     """Run the rounds and the final run in a fresh temp dir; return `report()`'s figures."""
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="regen-chaos-"))
-    sim, url = start_sim([*SIM_FLAGS, "--decode-rate", str(decode_rate), "--max-running-requests", "64"])
+    faults = ["--fail-hang", str(hang)] if hang else []
+    sim, url = start_sim([*SIM_FLAGS, "--decode-rate", str(decode_rate), "--max-running-requests", "64", *faults])
+    damaged: list[int] = []
     try:
         normal = max(20, prompts // 12)
-        cfg = write_inputs(work, prompts, url, sync_s, shard_rows=normal)
+        cfg = write_inputs(work, prompts, url, sync_s, shard_rows=normal, hang=bool(hang))
         rounds = []
         windows: set[tuple[int, int]] = set()
         for k in range(kills):
@@ -229,10 +256,20 @@ def chaos(
             rnd.commit_window = bool(found - windows)  # a round that never started leaves the last one's state
             windows = found
             rounds.append(rnd)
+            if len(damaged) < damage and k % 2 == 1:  # between rounds: no writer is live
+                damaged += [n] if (n := damage_one(work / "run", rng)) else []
         started = time.monotonic()
         final = subprocess.run(run_argv(cfg), cwd=ROOT, capture_output=True, text=True, timeout=900)
         final_s = time.monotonic() - started
-        return report(work, prompts, rounds, final, final_s, sim_stats(url), sync_s)
+        result = report(work, prompts, rounds, final, final_s, sim_stats(url), sync_s, sum(damaged))
+        set_aside = work / "run" / "damaged"
+        result.update(
+            damaged_parts=len(damaged),
+            damaged_rows=sum(damaged),
+            set_aside=len(list(set_aside.iterdir())) if set_aside.is_dir() else 0,
+            hangs=sim_stats(url)["faults"].get("hang", 0),
+        )
+        return result
     finally:
         sim.send_signal(signal.SIGKILL)
         sim.wait()
@@ -246,11 +283,12 @@ def report(
     final_s: float,
     stats: dict[str, Any],
     sync_s: float,
+    regenerated: int = 0,
 ) -> dict[str, Any]:
     result = check(work / "run", prompts)
     timed = [r for r in rounds if r.seconds > 0.2]
     rate = sum(r.generated for r in timed) / sum(r.seconds for r in timed) if timed else 0.0
-    bound = sum(r.workers * CONCURRENCY + rate * sync_s for r in rounds)
+    bound = sum(r.workers * CONCURRENCY + rate * sync_s for r in rounds) + regenerated
     wasted = stats["generations_total"] - result["attempts"]
     kills = len(rounds)
     result.update(
@@ -281,7 +319,13 @@ def report(
 
 def ok(result: dict[str, Any]) -> bool:
     clean = all(result[k] == 0 for k in ("duplicates", "missing", "unexpected", "unreadable", "final_exit"))
-    return clean and result["leftover_journals"] == 0 and result["wasted_generations"] <= result["wasted_bound"]
+    set_aside = result.get("set_aside", 0) == result.get("damaged_parts", 0)
+    return (
+        clean
+        and set_aside
+        and result["leftover_journals"] == 0
+        and result["wasted_generations"] <= result["wasted_bound"]
+    )
 
 
 def main() -> int:
@@ -293,6 +337,8 @@ def main() -> int:
     ap.add_argument("--decode-rate", type=int, default=30000, help="simulator aggregate tokens/s (64 running)")
     ap.add_argument("--sync-interval", type=float, default=1.0)
     ap.add_argument("--small-shard-rows", type=int, default=4, help="shard_rows of every other round")
+    ap.add_argument("--damage", type=int, default=0, help="committed parts to truncate between rounds")
+    ap.add_argument("--hang", type=float, default=0.0, help="share of requests the simulator holds forever")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     result = chaos(
@@ -303,6 +349,8 @@ def main() -> int:
         args.decode_rate,
         args.sync_interval,
         args.small_shard_rows,
+        args.damage,
+        args.hang,
     )
     print(json.dumps(result, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0 if ok(result) else 1

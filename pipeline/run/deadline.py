@@ -15,8 +15,10 @@ seconds; the slack covers a server that slows down under load. Until an endpoint
 
 With the defaults (floor 600 s, slack 3) and Qwen3.6-27B at ~50 tok/s per request with max_tokens 32768, a hung
 request is given up after ~33 minutes instead of an hour; at the scaled durations of the tests, after a few seconds.
-A request past its deadline is aborted on the server (`/abort_request` with its rid) and retried elsewhere without
-using the prompt's attempts (it counts toward `client.max_endpoint_failures`).
+`Dispatcher.watch_hangs` compares every request in flight with its endpoint's current deadline about once a second,
+so a request sent before any rate was known is held to the deadline learned since. One past it is aborted on the
+server (`/abort_request` with its rid) and retried elsewhere without using the prompt's attempts (it counts toward
+`client.max_endpoint_failures`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -80,6 +81,8 @@ class Dispatcher:
         self.circuit = circuit or FailureCircuit(cfg.client.failure_window, cfg.client.max_failure_share)
         c = cfg.client
         self.deadlines = Deadlines(floor_s=c.hang_floor_s, slack=c.hang_slack, ceiling_s=c.request_timeout_s)
+        self._started: dict[asyncio.Task[Any], tuple[EndpointState, str, float]] = {}  # requests in flight
+        self._hung: set[asyncio.Task[Any]] = set()  # cancelled by watch_hangs
         self._rids = itertools.count()
         self.inflight: set[asyncio.Task[None]] = set()
         self.stopping = False  # set on SIGINT/SIGTERM: cancellations are the drain's, not the health monitor's
@@ -222,21 +225,36 @@ class Dispatcher:
         kills = ep.kills
         if task is not None:
             ep.tasks.add(task)
-        deadline = self.deadlines.for_request(ep.url, self.cfg.generation.max_tokens)
+            self._started[task] = (ep, rid, time.monotonic())
         try:
-            async with asyncio.timeout(deadline) as scope:
-                return await ep.client.chat(prompt, attempt, rid)
-        except TimeoutError:
-            if not scope.expired():
+            return await ep.client.chat(prompt, attempt, rid)
+        except asyncio.CancelledError:
+            if task is None or task not in self._hung:
                 raise
+            self._hung.discard(task)
+            task.uncancel()  # cancelled by watch_hangs, not by the run: abort it on the server and retry elsewhere
             await ep.client.abort(rid)
-            raise HungRequestError(f"{ep.url}: no answer after {deadline:.0f}s (hung; aborted {rid})") from None
+            raise HungRequestError(f"{ep.url}: request {rid} past its deadline (hung; aborted)") from None
         finally:
             if task is not None:
+                self._started.pop(task, None)
                 ep.tasks.discard(task)
                 if ep.kills != kills and task.cancelling() and not self.stopping:
                     task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere
                     raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
+
+    async def watch_hangs(self) -> None:
+        """Give up requests past their deadline (run/deadline.py), re-evaluated as the endpoints' rates are learned:
+        a request sent before any rate was known is not held to request_timeout_s once one is."""
+        every = min(1.0, self.cfg.client.hang_floor_s / 4)
+        max_tokens = self.cfg.generation.max_tokens
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for task, (ep, _rid, start) in list(self._started.items()):
+                if task not in self._hung and now - start > self.deadlines.for_request(ep.url, max_tokens):
+                    self._hung.add(task)
+                    task.cancel()
 
     def _reject(
         self,
