@@ -91,13 +91,30 @@ def _args_validate(p: argparse.ArgumentParser) -> None:
 
 def _args_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--format", required=True, choices=["chat", "sharegpt", "openai-batch-output"])
+    formats = ["chat", "sharegpt", "specforge", "prompt-completion", "tokenized", "openai-batch-output", "repaired"]
+    p.add_argument("--format", required=True, choices=formats)
     p.add_argument("--out", required=True, type=Path, metavar="DIR")
     p.add_argument("--file-format", choices=["parquet", "jsonl"], default="parquet")
     p.add_argument("--rows-per-file", type=int, default=100_000)
-    p.add_argument("--think-open", default="<think>", help="tag before the reasoning in chat exports")
-    p.add_argument("--think-close", default="</think>", help="tag after the reasoning in chat exports")
+    p.add_argument(
+        "--reasoning",
+        choices=["field", "inline", "none"],
+        help="reasoning_content field (default; sharegpt: inline), <think> block in the content, or dropped",
+    )
+    p.add_argument(
+        "--expand-turns", action="store_true", help="one row per generated assistant turn (history without reasoning)"
+    )
+    p.add_argument("--think-open", default="<think>", help="tag before the reasoning with --reasoning inline")
+    p.add_argument("--think-close", default="</think>", help="tag after the reasoning with --reasoning inline")
+    p.add_argument("--tokenizer", type=Path, metavar="DIR", help="tokenized: a local tokenizer folder")
+    p.add_argument("--chat-template", type=Path, metavar="FILE", help="tokenized: a Jinja chat template file")
     p.add_argument("--include-rejects", action="store_true", help="also export rejected rows (separately)")
+    p.add_argument("--license", help="the card's license (a Hub license id, e.g. apache-2.0)")
+    p.add_argument("--language", action="append", default=[], metavar="CODE", help="the card's language (repeatable)")
+    p.add_argument("--push-to-hub", metavar="ORG/NAME", help="then upload the folder as a Hub dataset (HF_TOKEN)")
+    p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
+    p.add_argument("--original", metavar="PATH", help="repaired: the dataset the run read (default: its input.path)")
+    p.add_argument("--on-reject", choices=["keep", "drop"], default="keep", help="repaired: rows rejected again")
 
 
 def _args_audit(p: argparse.ArgumentParser) -> None:
@@ -131,7 +148,7 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] =
     ("status", "progress of a RUN_DIR (works while it runs)", _args_status),
     ("inspect", "quality stats and random samples of a RUN_DIR", _args_inspect),
     ("validate", "re-run the validators over committed shards", _args_validate),
-    ("export", "training-ready export (chat, sharegpt, OpenAI batch output) + dataset card", _args_export),
+    ("export", "training data in the shape a trainer reads (chat, specforge, TRL, tokenized) + card", _args_export),
     ("audit", "measure an existing dataset's assistant turns with the run's validators", _args_audit),
     ("merge", "combine small shards into shards of a target size", _args_merge),
 ]
@@ -300,6 +317,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "repaired":
+        return _export_repaired(args)
+    from .dataset.card import CardOptions
     from .dataset.export import export_run
 
     result = export_run(
@@ -311,9 +331,21 @@ def cmd_export(args: argparse.Namespace) -> int:
         think_open=args.think_open,
         think_close=args.think_close,
         include_rejects=args.include_rejects,
+        reasoning=args.reasoning,
+        expand_turns=args.expand_turns,
+        tokenizer=args.tokenizer,
+        chat_template=args.chat_template,
+        card=CardOptions(args.license, tuple(args.language)),
     )
     print(f"exported {result['rows']} rows ({args.format}) to {args.out} in {len(result['files'])} files")
+    for reason, n in result["skipped"].items():
+        print(f"left out {n} rows the format's consumer would refuse: {reason}")
     print(f"dataset card: {result['card']}")
+    if args.push_to_hub:
+        from .dataset.hub import push_to_hub
+
+        url = push_to_hub(args.out, args.push_to_hub, private=args.private)
+        print(f"uploaded to {url}")
     return 0
 
 
@@ -332,6 +364,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
         write_audit_html(report, args.html)
     _print_json(report) if args.json else print(format_audit(report))
     return 1 if report["failing_rows"] else 0
+
+
+def _export_repaired(args: argparse.Namespace) -> int:
+    from .dataset.export import export_run
+
+    r = export_run(
+        _run_dir(args.run_dir), format="repaired", out=args.out, original=args.original, on_reject=args.on_reject
+    )
+    print(f"wrote {r['rows']} rows to {args.out} in {len(r['files'])} files: {r['repaired']} repaired, ", end="")
+    print(f"{r['rejected_kept'] + r['dropped']} rejected again ({args.on_reject}), {r['left']} as they were")
+    print(f"report: {args.out / 'repair-report.json'}; rows to look at: {args.out / r['listed']}")
+    return 0
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
