@@ -22,7 +22,7 @@ from pipeline.inspection import (
     run_status,
 )
 from pipeline.inspection.scan import sample_ranges
-from pipeline.inspection.textfacts import looping_text
+from pipeline.inspection.textmeasures import looping_text
 from pipeline.inspection.textview import elide
 
 

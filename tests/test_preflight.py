@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pipeline.config import config_from_dict
-from pipeline.server import server_args as facts
+from pipeline.server import server_args
 from pipeline.server.preflight import (
     PROBE_PROMPT,
     PROBE_RID_PREFIX,
@@ -218,7 +218,7 @@ def test_fingerprint_changes_when_the_server_restarts_differently() -> None:
     ids=["old-name-new-server", "dashes-unknown-version", "new-name-old-server", "absent", "tp-alias", "dashes"],
 )
 def test_resolve_key(name: str, info: dict[str, Any], version: str | None, key: str) -> None:
-    assert facts.resolve_key(name, info, version) == key
+    assert server_args.resolve_key(name, info, version) == key
 
 
 @pytest.mark.parametrize(
@@ -236,7 +236,7 @@ def test_resolve_key(name: str, info: dict[str, Any], version: str | None, key: 
     ],
 )
 def test_same_value(key: str, expected: Any, actual: Any, same: bool) -> None:
-    assert facts.same_value(key, expected, actual) is same
+    assert server_args.same_value(key, expected, actual) is same
 
 
 MOTIVATING_SIM = [*GOOD, "--max-mamba-cache-size", "24", "--mem-fraction-static", "0.92", "--trust-remote-code"]
@@ -272,9 +272,9 @@ def test_capacity_is_computed_from_the_args_when_the_server_does_not_report_it()
         "disable_overlap_schedule": False,
         "max_mamba_cache_size": 24,
     }
-    assert facts.effective_concurrency(info) == 4
-    cause = facts.capacity_of(info)
+    assert server_args.effective_concurrency(info) == 4
+    cause = server_args.capacity_of(info)
     assert cause.flag == "--max-mamba-cache-size" and cause.requests == 4
-    assert facts.effective_concurrency({**info, "disable_overlap_schedule": True}) == 6
-    assert facts.effective_concurrency({**info, "disable_radix_cache": True}) == 24
-    assert facts.effective_concurrency({**info, "model_path": "Qwen/Qwen3-8B"}) == 48
+    assert server_args.effective_concurrency({**info, "disable_overlap_schedule": True}) == 6
+    assert server_args.effective_concurrency({**info, "disable_radix_cache": True}) == 24
+    assert server_args.effective_concurrency({**info, "model_path": "Qwen/Qwen3-8B"}) == 48

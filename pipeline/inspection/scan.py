@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..store.files import DataFile
-from . import textfacts
+from . import textmeasures
 from .frame import TOKENS, Frame, FrameBuilder
 from .where import Where
 
@@ -179,7 +179,7 @@ def _reasoning_sample(
             text = _text(batch, "reasoning").slice(0, count - done)
             yield (
                 np.arange(first + done, first + done + len(text), dtype=np.int32),
-                textfacts.looping(text),
+                textmeasures.looping(text),
                 _lengths(text),
             )
             done += len(text)
@@ -214,19 +214,19 @@ def _facts(
     """The frame's columns for one batch; the text checks run on the `checked` rows only."""
     n = batch.num_rows
     answer = _text(batch, "answer")
-    offsets, data = textfacts.buffers(answer)
-    start, end = textfacts.trimmed_bounds(offsets, data)
+    offsets, data = textmeasures.buffers(answer)
+    start, end = textmeasures.trimmed_bounds(offsets, data)
     answer_len = (end - start).astype(np.int32)
     fingerprint = np.zeros(n, dtype=np.int64)
     long_enough = np.flatnonzero(answer_len >= SHARED_MIN_BYTES)
-    fingerprint[long_enough] = textfacts.fingerprints(data, start[long_enough], end[long_enough])
+    fingerprint[long_enough] = textmeasures.fingerprints(data, start[long_enough], end[long_enough])
     reasoning = _text(batch, "reasoning") if "reasoning" in batch.schema.names else None  # read for --where
     looping = np.zeros(n, dtype=bool)
     picked = np.flatnonzero(checked)
     if picked.size:
         for text in (answer, reasoning):
             if text is not None:
-                looping[picked] |= textfacts.looping(text.take(pa.array(picked)))
+                looping[picked] |= textmeasures.looping(text.take(pa.array(picked)))
     facts = {
         "rejected": np.full(n, rejects),
         "reason": codes["reason"].encode(batch.column("reason"), "unknown") if rejects else np.full(n, -1, np.int16),
@@ -292,5 +292,5 @@ def _exact_keys(f: DataFile, rows: np.ndarray) -> np.ndarray:
     for g in np.unique(group_of).tolist():
         here = np.flatnonzero(group_of == g)
         answers = pfile.read_row_group(g, columns=["answer"]).column(0).take(pa.array(rows[here] - bounds[g]))
-        out[here] = [textfacts.exact_key((a or "").encode()) for a in answers.to_pylist()]
+        out[here] = [textmeasures.exact_key((a or "").encode()) for a in answers.to_pylist()]
     return out

@@ -1,4 +1,4 @@
-"""Preflight's judgement, pure functions of what was gathered: facts in, checks out.
+"""Preflight's judgement, pure functions of what was observed: observations in, checks out.
 
 Only what `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else is
 information. Every check is `{name, key, expected, actual, ok, hint, level}`: `key` is the /server_info key
@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Config, EndpointConfig
-from . import server_args as facts
+from . import server_args
 
 Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
 
 
 @dataclasses.dataclass
-class Facts:
+class Observed:
     url: str
     reach: str = "open"  # open | port closed | timeout | error text
     auth_status: int | None = None
@@ -33,7 +33,7 @@ class Facts:
     probe: dict[str, Any] | None = None
 
 
-# ---------------------------------------------------------------- judging facts (pure)
+# ---------------------------------------------------------------- judging (pure)
 
 
 def make_check(
@@ -50,20 +50,20 @@ def make_check(
     }
 
 
-def derived_facts(got: Facts) -> dict[str, Any]:
+def derived_values(got: Observed) -> dict[str, Any]:
     info = got.info or {}
     spec_on = bool(info.get("speculative_algorithm"))
     return {
         "version": info.get("version"),
-        "effective_max_running_requests": facts.effective_concurrency(info),
+        "effective_max_running_requests": server_args.effective_concurrency(info),
         "speculative_decoding": spec_on,
-        "spec_accept_length": facts.spec_accept_length(info, (got.probe or {}).get("spec_accept_length"))
+        "spec_accept_length": server_args.spec_accept_length(info, (got.probe or {}).get("spec_accept_length"))
         if spec_on
         else None,
     }
 
 
-def judge_reach(got: Facts, ep: EndpointConfig) -> list[dict[str, Any]]:
+def judge_reach(got: Observed, ep: EndpointConfig) -> list[dict[str, Any]]:
     if got.reach == "port closed":
         return [
             make_check(
@@ -89,7 +89,7 @@ def judge_reach(got: Facts, ep: EndpointConfig) -> list[dict[str, Any]]:
     return checks
 
 
-def judge_basics(got: Facts, cfg: Config) -> list[dict[str, Any]]:
+def judge_basics(got: Observed, cfg: Config) -> list[dict[str, Any]]:
     ok = got.health == 200
     hint = "" if ok else "503: still warming up, or shutting down" if got.health == 503 else "unexpected /health"
     checks = [make_check("health", None, 200, got.health, ok, hint)]
@@ -105,17 +105,17 @@ def judge_basics(got: Facts, cfg: Config) -> list[dict[str, Any]]:
     return checks
 
 
-def judge_expect(got: Facts, expectations: list[Expectation]) -> list[dict[str, Any]]:
+def judge_expect(got: Observed, expectations: list[Expectation]) -> list[dict[str, Any]]:
     info = got.info or {}
     version = info.get("version")
-    derived = derived_facts(got)
+    derived = derived_values(got)
     checks = []
     for name, expected, source in expectations:
         label = f"--{name}" if source == "launch" else name
-        key = facts.resolve_key(name, info, version)
-        if key in facts.SECRET_KEYS:
+        key = server_args.resolve_key(name, info, version)
+        if key in server_args.SECRET_KEYS:
             continue
-        if key in facts.DERIVED_KEYS:
+        if key in server_args.DERIVED_KEYS:
             actual, present = derived.get(key), derived.get(key) is not None
         else:
             actual, present = info.get(key), key in info
@@ -128,16 +128,16 @@ def judge_expect(got: Facts, expectations: list[Expectation]) -> list[dict[str, 
         if source == "launch" and expected == "auto":
             checks.append(make_check(label, key, expected, actual, True, f"SGLang resolved auto to {actual}"))
             continue
-        ok = facts.same_value(key, expected, actual)
+        ok = server_args.same_value(key, expected, actual)
         if (
             ok
-            and key in facts.MAMBA_KEYS
+            and key in server_args.MAMBA_KEYS
             and expected in ("extra_buffer", "extra_buffer_lazy")
             and info.get("disable_radix_cache")
-            and (facts.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
+            and (server_args.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
         ):
             ok, actual = False, f"{actual} (inert: disable_radix_cache=true)"
-        hint = "" if ok else facts.drift_hint(key, expected, actual, info, version)
+        hint = "" if ok else server_args.drift_hint(key, expected, actual, info, version)
         if not ok and source == "launch":
             hint = f"you passed {label}={expected}, the server runs {key}={actual}: {hint}"
         checks.append(make_check(label, key, expected, actual, ok, hint))
@@ -152,17 +152,17 @@ def missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
     return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
 
 
-def judge_info(got: Facts, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
-    cap = derived_facts(got)["effective_max_running_requests"]
+def judge_info(got: Observed, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
+    cap = derived_values(got)["effective_max_running_requests"]
     if cap is None or "effective_max_running_requests" in expect_keys:
         return []
     dp = int((got.info or {}).get("dp_size") or 1)
-    cause = facts.capacity_of(got.info or {})
+    cause = server_args.capacity_of(got.info or {})
     return judge_concurrency(cap, ep, "the server runs", cause if cause.requests == cap // dp else None)
 
 
 def judge_concurrency(
-    cap: int, ep: EndpointConfig, who: str, cause: facts.Capacity | None = None
+    cap: int, ep: EndpointConfig, who: str, cause: server_args.Capacity | None = None
 ) -> list[dict[str, Any]]:
     """Information (a warning naming the capping flag when the config sends more than the server runs at once),
     never drift: the run still works, at the server's pace."""
@@ -179,7 +179,7 @@ def judge_concurrency(
     return [make_check("concurrency", "effective_max_running_requests", f"≥ {ep.concurrency}", cap, True, hint, level)]
 
 
-def judge_probe(got: Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
+def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
     probe = got.probe
     if probe is None:
         return []
@@ -229,7 +229,7 @@ def judge_probe(got: Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str
                 "" if clean else "thinking is off but the answer carries </think>",
             )
         ]
-    derived = derived_facts(got)
+    derived = derived_values(got)
     if got.router_workers is None and not {"speculative_decoding", "spec_accept_length"} & expect_keys:
         spec = (got.info or {}).get("speculative_algorithm")
         accept = derived["spec_accept_length"]
@@ -247,10 +247,10 @@ def judge_probe(got: Facts, cfg: Config, expect_keys: set[str]) -> list[dict[str
     return checks
 
 
-def info_of(got: Facts) -> dict[str, Any]:
+def info_of(got: Observed) -> dict[str, Any]:
     info = got.info or {}
-    derived = derived_facts(got)
-    mamba = next((k for k in facts.MAMBA_KEYS if k in info), None)
+    derived = derived_values(got)
+    mamba = next((k for k in server_args.MAMBA_KEYS if k in info), None)
     return {
         **derived,
         "served_models": got.models,

@@ -1,6 +1,6 @@
 """Preflight: is each endpoint the server the config says it is?
 
-For one endpoint, `preflight_endpoint` gathers facts over the control plane (reachability, auth, /health,
+For one endpoint, `preflight_endpoint` gathers observations over the control plane (reachability, auth, /health,
 /v1/models, the resolved /server_info, a live thinking probe); `verdicts` judges them with pure functions. Only what
 `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else preflight learns
 (speculative decoding on or off, accept length, capacity) is information. Behind sglang-router, whose own
@@ -26,10 +26,10 @@ import httpx
 from ..config import ClientConfig, Config, EndpointConfig
 from ..endpoints.retry import RetryPolicy
 from ..errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
-from . import server_args as facts
+from . import server_args
 from .checks import (
     Expectation,
-    Facts,
+    Observed,
     format_preflight,
     info_of,
     judge_basics,
@@ -128,11 +128,11 @@ async def _retrying(fn: Callable[[], Awaitable[Any]], attempts: int, policy: Ret
     raise AssertionError("unreachable")
 
 
-# ---------------------------------------------------------------- gathering facts
+# ---------------------------------------------------------------- observing
 
 
-async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> Facts:
-    got = Facts(ctl.url)
+async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> Observed:
+    got = Observed(ctl.url)
     attempts = cfg.client.max_attempts
 
     async def get(path: str) -> tuple[int, Any]:
@@ -209,7 +209,7 @@ async def _router_workers(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> l
     return [str(u) for u in urls if u] if status == 200 else []
 
 
-async def _probe(ctl: _Control, cfg: Config, got: Facts, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
+async def _probe(ctl: _Control, cfg: Config, got: Observed, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
     """One small thinking request; a fresh rid per attempt (a retried rid may still be in flight: 400 duplicate)."""
     gen = cfg.generation
     version = (got.info or {}).get("version")
@@ -222,7 +222,7 @@ async def _probe(ctl: _Control, cfg: Config, got: Facts, retry: RetryPolicy, sle
         "separate_reasoning": gen.separate_reasoning,
         "chat_template_kwargs": {"enable_thinking": gen.thinking},
     }
-    v = facts.version_tuple(version)
+    v = server_args.version_tuple(version)
     if v is not None and v >= (0, 5, 14):
         body["return_meta_info"] = True
     rids: list[str] = []
@@ -268,9 +268,9 @@ def _parse_probe(resp: httpx.Response) -> dict[str, Any]:
 
 def _expectations(cfg: Config, extra_expect: Mapping[str, Any] | None) -> list[Expectation]:
     out: list[Expectation] = [(k, v, "expect") for k, v in cfg.expect.items()]
-    seen = {(facts.server_key(k), repr(v)) for k, v, _ in out}
+    seen = {(server_args.server_key(k), repr(v)) for k, v, _ in out}
     for k, v in (extra_expect or {}).items():
-        if (facts.server_key(k), repr(v)) not in seen:
+        if (server_args.server_key(k), repr(v)) not in seen:
             out.append((k, v, "launch"))
     return out
 
@@ -313,7 +313,7 @@ async def preflight_endpoint(
     }
     if not all(c["ok"] for c in checks):
         return result
-    expect_keys = {facts.server_key(name) for name, _, _ in expectations}
+    expect_keys = {server_args.server_key(name) for name, _, _ in expectations}
     checks += judge_basics(got, cfg)
     if got.router_workers is None:
         checks += judge_expect(got, expectations) + judge_info(got, ep, expect_keys)
@@ -388,8 +388,8 @@ async def server_fingerprint(url: str, api_key: str | None = None, client: Clien
             if status in (401, 403):
                 raise FatalEndpointError(f"{url}{path}: HTTP {status} (check the endpoint's api_key_env)")
             if status == 200 and isinstance(body, dict):
-                fp = {k: body[k] for k in facts.FINGERPRINT_KEYS if k in body}
-                fp["effective_max_running_requests"] = facts.effective_concurrency(body)
+                fp = {k: body[k] for k in server_args.FINGERPRINT_KEYS if k in body}
+                fp["effective_max_running_requests"] = server_args.effective_concurrency(body)
                 return fp
     raise RetryableRequestError(f"{url}: no /server_info", status=status)
 

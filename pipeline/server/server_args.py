@@ -26,7 +26,7 @@ _FLAG_ALIASES = {"model": "model_path", "tp": "tp_size", "dp": "dp_size", "ep": 
 # Launch args that say nothing about the running server (or must never be echoed).
 SECRET_KEYS = frozenset({"api_key", "admin_api_key", "hf_token"})
 _NOT_SERVER_ARGS = frozenset({"config"})
-# Facts preflight derives instead of reading one /server_info key; "at least" facts pass when actual >= expected.
+# Values preflight derives instead of reading one /server_info key; "at least" values pass when actual >= expected.
 DERIVED_KEYS = frozenset({"effective_max_running_requests", "spec_accept_length", "speculative_decoding", "version"})
 AT_LEAST_KEYS = frozenset({"effective_max_running_requests", "spec_accept_length"})
 # Values SGLang reports under another name without changing anything.

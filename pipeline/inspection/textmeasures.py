@@ -1,4 +1,4 @@
-"""Facts about text columns computed on the raw UTF-8 bytes of an Arrow array, vectorised with numpy.
+"""Measures of text columns computed on the raw UTF-8 bytes of an Arrow array, vectorised with numpy.
 
 No per-row Python on the hot path: offsets and data come straight from the Arrow buffers, so trimming, lengths
 and answer fingerprints cost a few array operations per batch however long the texts are. The looping check is
