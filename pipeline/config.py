@@ -90,6 +90,8 @@ class ClientConfig:
     recheck_interval_s: float = 60.0  # re-read each endpoint's /server_info: a restart with other args retires it
     no_endpoint_timeout_s: float = 600.0  # stop (exit 3) when no endpoint has been usable this long
     queue_size: int = 0  # prompts buffered between reader and workers; 0 = 2x total concurrency
+    sticky_conversations: bool = True  # a conversation's turns go to the endpoint of its previous turn (prefix cache)
+    sticky_wait_s: float = 5.0  # how long a turn waits for a slot there before taking the least-loaded endpoint
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,8 @@ def read_endpoints_file(path: str | Path, default_concurrency: int = 64) -> tupl
         if extra:
             raise ConfigError(f"{path}: unknown key {sorted(extra)[0]!r}; an endpoints file holds [[endpoints]] only")
         built = _coerce(tuple[EndpointConfig, ...], data["endpoints"], path="endpoints", where=str(path))
-        for i, ep in enumerate(built):
-            check_url(ep.url, f"{path}: endpoints[{i}].url")
+        for i, spec in enumerate(built):
+            check_url(spec.url, f"{path}: endpoints[{i}].url")
         return typing.cast(tuple[EndpointConfig, ...], built)
     out = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -267,6 +269,7 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("client.recheck_interval_s", _positive, "positive"),
     ("client.no_endpoint_timeout_s", _positive, "positive"),
     ("client.queue_size", _at_least(0), "0 (automatic) or more"),
+    ("client.sticky_wait_s", _at_least(0), "0 or more"),
     ("validate.min_answer_chars", _at_least(0), "0 or more"),
     ("validate.max_repetition", lambda v: 0 <= v <= 1, "in [0, 1] (0 = off)"),
     ("launch.port", lambda v: 1 <= v <= 65535, "a port number in [1, 65535]"),
@@ -280,11 +283,11 @@ def _check_values(cfg: Config, where: str) -> None:
         value = getattr(getattr(cfg, section), name)
         if not ok(value):
             raise ConfigError(f"{where}: {key} must be {allowed}, got {value!r}")
-    for i, ep in enumerate(cfg.endpoints):
-        check_url(ep.url, f"{where}: endpoints[{i}].url")
-        if ep.concurrency < 0:
+    for i, spec in enumerate(cfg.endpoints):
+        check_url(spec.url, f"{where}: endpoints[{i}].url")
+        if spec.concurrency < 0:
             raise ConfigError(f"{where}: endpoints[{i}].concurrency must be 0 (automatic) or more")
-        if ep.requests_per_second < 0:
+        if spec.requests_per_second < 0:
             raise ConfigError(f"{where}: endpoints[{i}].requests_per_second must be 0 (unlimited) or more")
     temps = cfg.generation.temperatures
     if temps and (len(temps) != cfg.generation.samples or min(temps) < 0):
@@ -318,11 +321,11 @@ def check_api_keys(cfg: Config, where: str = "<config>", environ: typing.Mapping
 
     Not part of loading: `regen launch` and readers of a RUN_DIR load configs whose keys live on another machine.
     """
-    for i, ep in enumerate(cfg.endpoints):
-        if ep.api_key_env and not environ.get(ep.api_key_env):
-            state = "is empty" if ep.api_key_env in environ else "is not set"
+    for i, spec in enumerate(cfg.endpoints):
+        if spec.api_key_env and not environ.get(spec.api_key_env):
+            state = "is empty" if spec.api_key_env in environ else "is not set"
             raise ConfigError(
-                f"{where}: endpoints[{i}].api_key_env names ${ep.api_key_env}, which {state}; export it with the "
+                f"{where}: endpoints[{i}].api_key_env names ${spec.api_key_env}, which {state}; export it with the "
                 'key, or set api_key_env = "" for a server without a key'
             )
 

@@ -113,6 +113,6 @@ class Gate:
         return "restarted with a different configuration: " + "; ".join(changes) if changes else None
 
 
-def capacity_of(ep: EndpointConfig) -> tuple[int, bool]:
+def capacity_of(spec: EndpointConfig) -> tuple[int, bool]:
     """(initial capacity, whether it is automatic)."""
-    return (ep.concurrency, False) if ep.concurrency > 0 else (AUTO_DEFAULT, True)
+    return (spec.concurrency, False) if spec.concurrency > 0 else (AUTO_DEFAULT, True)

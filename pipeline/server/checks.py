@@ -63,7 +63,7 @@ def derived_values(got: Observed) -> dict[str, Any]:
     }
 
 
-def judge_reach(got: Observed, ep: EndpointConfig) -> list[dict[str, Any]]:
+def judge_reach(got: Observed, spec: EndpointConfig) -> list[dict[str, Any]]:
     if got.reach == "port closed":
         return [
             make_check(
@@ -79,7 +79,7 @@ def judge_reach(got: Observed, ep: EndpointConfig) -> list[dict[str, Any]]:
         return [make_check("reachable", None, "open", got.reach, False, "network problem or server hung")]
     checks = [make_check("reachable", None, "open", "open", True)]
     if got.auth_status in (401, 403):
-        env = ep.api_key_env
+        env = spec.api_key_env
         hint = (
             f"the key in ${env} was refused"
             if env and os.environ.get(env)
@@ -152,31 +152,33 @@ def missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
     return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
 
 
-def judge_info(got: Observed, ep: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
+def judge_info(got: Observed, spec: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
     cap = derived_values(got)["effective_max_running_requests"]
     if cap is None or "effective_max_running_requests" in expect_keys:
         return []
     dp = int((got.info or {}).get("dp_size") or 1)
     cause = server_args.capacity_of(got.info or {})
-    return judge_concurrency(cap, ep, "the server runs", cause if cause.requests == cap // dp else None)
+    return judge_concurrency(cap, spec, "the server runs", cause if cause.requests == cap // dp else None)
 
 
 def judge_concurrency(
-    cap: int, ep: EndpointConfig, who: str, cause: server_args.Capacity | None = None
+    cap: int, spec: EndpointConfig, who: str, cause: server_args.Capacity | None = None
 ) -> list[dict[str, Any]]:
     """Information (a warning naming the capping flag when the config sends more than the server runs at once),
     never drift: the run still works, at the server's pace."""
-    short = ep.concurrency > cap
+    short = spec.concurrency > cap
     hint = ""
     if short and cause is not None:
-        hint = f"{who} at most {cap} requests at once: {cause.hint(ep.concurrency)}"
+        hint = f"{who} at most {cap} requests at once: {cause.hint(spec.concurrency)}"
     elif short:
         hint = (
             f"{who} at most {cap} requests at once, the rest wait in a queue: lower endpoints.concurrency to {cap} "
             "or raise --max-running-requests (hybrid models: the mamba cache caps it)"
         )
     level = "warning" if short else "info"
-    return [make_check("concurrency", "effective_max_running_requests", f"≥ {ep.concurrency}", cap, True, hint, level)]
+    return [
+        make_check("concurrency", "effective_max_running_requests", f"≥ {spec.concurrency}", cap, True, hint, level)
+    ]
 
 
 def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:

@@ -129,7 +129,7 @@ def target_version(cfg: Config) -> str | None:
 def static_check(cfg: Config, version: str | None) -> list[dict[str, Any]]:
     """Known-bad combinations in [launch] for SGLang `version`, before anything starts: {key, problem, hint, fatal}."""
     _, port = _host_port(cfg)
-    concurrency = next((ep.concurrency for ep in cfg.endpoints if ep.url.rstrip("/").endswith(f":{port}")), None)
+    concurrency = next((spec.concurrency for spec in cfg.endpoints if spec.url.rstrip("/").endswith(f":{port}")), None)
     unknown = [] if _SIM_MODULE in cfg.launch.command else _unknown_flags(cfg.launch.args, version)
     return unknown + server_args.known_bad(cfg.launch.args, cfg.launch.env, version, cfg.expect, concurrency)
 

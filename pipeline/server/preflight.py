@@ -276,9 +276,9 @@ def _expectations(cfg: Config, extra_expect: Mapping[str, Any] | None) -> list[E
 
 
 def _endpoint_config(cfg: Config, url: str) -> EndpointConfig:
-    for ep in cfg.endpoints:
-        if ep.url.rstrip("/") == url.rstrip("/"):
-            return ep
+    for spec in cfg.endpoints:
+        if spec.url.rstrip("/") == url.rstrip("/"):
+            return spec
     return EndpointConfig(url=url)
 
 
@@ -364,19 +364,19 @@ async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool =
     return {"ok": all(r["ok"] for r in results), "endpoints": results}
 
 
-async def _start_sim(stack: AsyncExitStack, ep: EndpointConfig) -> tuple[str, str]:
+async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig) -> tuple[str, str]:
     """(the embedded simulator's URL, ""), or ("", SGLang's startup message) when it refuses these sim_args."""
     from ..sim import SimConfig, SimStartupError, serve  # only imported when a config asks for the simulator
 
     try:
-        return str(await stack.enter_async_context(serve(SimConfig.from_argv(list(ep.sim_args))))), ""
+        return str(await stack.enter_async_context(serve(SimConfig.from_argv(list(spec.sim_args))))), ""
     except SimStartupError as exc:
         return "", f"{exc.kind}: {exc.message}"
 
 
-async def _failed_start(ep: EndpointConfig, message: str) -> dict[str, Any]:
+async def _failed_start(spec: EndpointConfig, message: str) -> dict[str, Any]:
     check = make_check("start", None, "the simulator starts", message, False, "fix endpoints.sim_args")
-    return {"url": ep.url, "ok": False, "reachable": False, "version": None, "checks": [check], "info": {}}
+    return {"url": spec.url, "ok": False, "reachable": False, "version": None, "checks": [check], "info": {}}
 
 
 async def server_fingerprint(url: str, api_key: str | None = None, client: ClientConfig | None = None) -> dict:
