@@ -115,6 +115,14 @@ class ValidateConfig:
 
 
 @dataclass(frozen=True)
+class ExportConfig:
+    """What only the publisher knows, for the dataset card of `regen export` (flags override it)."""
+
+    license: str = ""  # a Hugging Face Hub license id, e.g. "apache-2.0"; empty = "unknown" on the card
+    language: tuple[str, ...] = ()  # ISO 639-1 codes
+
+
+@dataclass(frozen=True)
 class LaunchConfig:
     command: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
     env: dict[str, str] = field(default_factory=dict)
@@ -137,6 +145,7 @@ class Config:
     expect: dict[str, Any] = field(default_factory=dict)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
 
     def generation_fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its resume: the model, sampling and the validators."""
