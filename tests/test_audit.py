@@ -3,6 +3,7 @@ and by column; the id list; exit codes; the stored-text split (dataset/stored.py
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.cli import main
 from pipeline.config import ValidateConfig
-from pipeline.dataset.audit import AuditOptions, audit_dataset, audit_row
+from pipeline.dataset.audit import AuditOptions, audit_dataset, audit_row, read_ids
 from pipeline.dataset.stored import split_inline, split_message
 
 SOURCES = ("forum", "support", "tutoring")
@@ -116,10 +118,34 @@ def test_examples_are_reproducible_with_a_seed(tmp_path: Path) -> None:
     assert a["examples"] == b["examples"] != c["examples"]
 
 
+def test_ids_out_and_exit_codes_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = write_planted(tmp_path / "d.jsonl", 220)
+    ids = tmp_path / "bad.txt"
+    assert main(["audit", str(tmp_path / "d.jsonl"), "--json", "--ids-out", str(ids), "--by", "source"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert {"rows", "assistant_turns", "failing_rows", "by_reason"} <= set(report)
+    assert ids.read_text().splitlines() == [r["id"] for r, reason, _ in rows if reason]
+    assert read_ids(ids) == {r["id"] for r, reason, _ in rows if reason}
+    clean = tmp_path / "clean.jsonl"
+    clean.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r, reason, _ in rows if not reason))
+    assert main(["audit", str(clean)]) == 0
+    assert "failing: 0 rows" in capsys.readouterr().out
+    assert main(["audit", str(tmp_path / "nope.jsonl")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
 def test_row_numbers_stand_for_rows_without_an_id(tmp_path: Path) -> None:
     rows = write_planted(tmp_path / "d.parquet", 44, with_id=False)
     audit_dataset(str(tmp_path / "d.parquet"), ids_out=tmp_path / "bad.txt")
     assert (tmp_path / "bad.txt").read_text().splitlines() == [f"row:{i}" for i, (_, r, _) in enumerate(rows) if r]
+
+
+def test_sharegpt_sample_and_html(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parent.parent / "data" / "sample_conversations.jsonl"
+    html = tmp_path / "audit.html"
+    assert main(["audit", str(sample), "--no-thinking", "--html", str(html), "--by", "source"]) == 1
+    page = html.read_text()
+    assert "regen audit" in page and "empty_response" in page and "data:image/png;base64," in page
 
 
 def test_no_thinking_does_not_ask_for_reasoning() -> None:
