@@ -84,6 +84,8 @@ class SimConfig:
     seed: int = 0
     default_max_running_requests: int = 256  # the capacity SGLang would compute from memory when unset
     memory_mamba_cache_size: int = 1024  # the mamba cache SGLang would size from memory when unset
+    prefill_tokens_per_s: float = 0.0  # uncached prompt tokens/s, one request at a time; 0 = instant
+    prefix_cache_tokens: int = 1_048_576  # radix prefix cache size (LRU); SGLang's is the KV pool, max_total_num_tokens
     batch_half: float | None = None  # per-request speed ∝ 1/(batch + batch_half); None = max_running/4
     spec_accept_length: float | None = None  # mean accept length; None = 1 + 0.6 * (draft tokens - 1)
     stream_chunk_tokens: int = 8  # tokens per SSE chunk when generation is instant
@@ -220,6 +222,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--sim-version", choices=VERSIONS, help="SGLang version to emulate (default 0.5.23)")
     s.add_argument("--sim-architecture", help="HF architecture to pretend (default: derived from --model-path)")
     s.add_argument("--decode-rate", type=float, help="aggregate decode tokens/s at a full batch (default 0: instant)")
+    s.add_argument(
+        "--prefill-rate",
+        type=float,
+        help="prompt tokens/s the server prefills (only what its prefix cache misses; with --decode-rate; default 0: "
+        "instant)",
+    )
+    s.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        help="radix prefix cache size in tokens, least recently used out (default 1048576)",
+    )
     s.add_argument("--mean-output-tokens", type=int, help="mean completion length before max_tokens (default 1500)")
     s.add_argument("--seed", type=int, help="seed for output lengths, text and faults (default 0)")
     s.add_argument("--spec-accept-length", type=float, help="mean speculative accept length")
@@ -306,6 +319,7 @@ _NS_TO_FIELD = {
     "sim_version": "version",
     "sim_architecture": "architecture",
     "decode_rate": "decode_tokens_per_s",
+    "prefill_rate": "prefill_tokens_per_s",
     "slow_start": "slow_start_s",
     "warmup": "warmup_s",
     "health_delay": "health_delay_s",

@@ -1,6 +1,8 @@
 """The timing model: continuous batching with at most `max_running` requests decoding at once.
 
-Requests beyond the running cap wait in a FIFO queue (503 past `max_queued`). Every running request decodes at
+Requests beyond the running cap wait in a FIFO queue (503 past `max_queued`). An admitted request first prefills the
+tokens of its prompt the prefix cache did not hold: one request at a time, in order, at `prefill_tokens_per_s` (0:
+instantly), holding its slot but not decoding meanwhile. Every decoding request decodes at
 `per_request_rate(batch)` tokens/s, a speed that falls as the batch grows; at a full batch the aggregate is exactly
 `decode_tokens_per_s`. The engine has no task of its own: it advances its clock whenever something changes (an
 arrival, an abort, the next finish, which a single `call_later` timer wakes it for), so an idle simulator costs nothing.
@@ -21,10 +23,11 @@ class QueueFull(Exception):
 class Job:
     """One request's decode: `tokens` to generate, progress, and a future resolved when it ends."""
 
-    __slots__ = ("aborted", "done", "finished_at", "generated", "queued_at", "started_at", "state", "tokens")
+    __slots__ = ("aborted", "done", "finished_at", "generated", "prefill", "queued_at", "started_at", "state", "tokens")
 
-    def __init__(self, tokens: int, done: asyncio.Future[None], now: float) -> None:
+    def __init__(self, tokens: int, done: asyncio.Future[None], now: float, prefill: int = 0) -> None:
         self.tokens = tokens
+        self.prefill = float(prefill)  # prompt tokens still to prefill
         self.generated = 0.0
         self.done = done
         self.state = "waiting"
@@ -42,6 +45,7 @@ class Engine:
         decode_tokens_per_s: float,
         max_queued: int | None = None,
         batch_half: float | None = None,
+        prefill_tokens_per_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if decode_tokens_per_s <= 0:
@@ -50,18 +54,21 @@ class Engine:
         self.max_queued = max_queued
         self.aggregate = float(decode_tokens_per_s)
         self.batch_half = max(1.0, self.max_running / 4) if batch_half is None else batch_half
+        self.prefill_rate = max(0.0, prefill_tokens_per_s)
         self._clock = clock
-        self._running: list[Job] = []
+        self._running: list[Job] = []  # decoding
+        self._prefilling: deque[Job] = deque()  # admitted, prefilling one after the other
         self._waiting: deque[Job] = deque()
         self._last = clock()
         self._rate = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.tokens_total = 0
+        self.prefill_tokens_total = 0
 
     # -- what the server reads -------------------------------------------------------------------------------
     @property
     def num_running(self) -> int:
-        return len(self._running)
+        return len(self._running) + len(self._prefilling)
 
     @property
     def num_waiting(self) -> int:
@@ -83,13 +90,14 @@ class Engine:
         return min(job.tokens, int(done))
 
     # -- what the handlers call ------------------------------------------------------------------------------
-    def submit(self, tokens: int) -> Job:
-        """Queue a decode of `tokens`; raises QueueFull past `max_queued` waiting requests."""
+    def submit(self, tokens: int, prefill: int = 0) -> Job:
+        """Queue a prefill of `prefill` prompt tokens then a decode of `tokens`; raises QueueFull past `max_queued`
+        waiting requests."""
         self._advance()
-        room = len(self._running) < self.max_running
+        room = self.num_running < self.max_running
         if not room and self.max_queued is not None and len(self._waiting) >= self.max_queued:
             raise QueueFull
-        job = Job(max(1, tokens), asyncio.get_running_loop().create_future(), self._clock())
+        job = Job(max(1, tokens), asyncio.get_running_loop().create_future(), self._clock(), prefill)
         self._waiting.append(job)
         self._step()
         return job
@@ -102,6 +110,8 @@ class Engine:
         job.aborted = True
         if job.state == "running":
             self._running.remove(job)
+        elif job.state == "prefill":
+            self._prefilling.remove(job)
         else:
             self._waiting.remove(job)
         self._finish(job)
@@ -111,10 +121,11 @@ class Engine:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for job in [*self._running, *self._waiting]:
+        for job in [*self._running, *self._prefilling, *self._waiting]:
             job.aborted = True
             self._finish(job)
         self._running.clear()
+        self._prefilling.clear()
         self._waiting.clear()
 
     # -- the model -------------------------------------------------------------------------------------------
@@ -122,7 +133,27 @@ class Engine:
         now = self._clock()
         elapsed = now - self._last
         self._last = now
-        if not self._running or elapsed <= 0:
+        if elapsed <= 0:
+            return
+        self._decode(elapsed)
+        self._prefill(elapsed)
+
+    def _prefill(self, elapsed: float) -> None:
+        """The head of the prefill line gets the whole prefill rate; a finished prefill starts decoding."""
+        budget = elapsed * self.prefill_rate
+        while self._prefilling and budget > 0:
+            job = self._prefilling[0]
+            used = min(job.prefill, budget)
+            job.prefill -= used
+            budget -= used
+            self.prefill_tokens_total += int(used)
+            if job.prefill <= 1e-6:
+                job.prefill = 0.0
+                job.state = "running"
+                self._running.append(self._prefilling.popleft())
+
+    def _decode(self, elapsed: float) -> None:
+        if not self._running:
             return
         step = elapsed * self._rate
         still: list[Job] = []
@@ -145,19 +176,24 @@ class Engine:
     def _step(self) -> None:
         """Admit waiting requests into free slots, recompute the rate, and arm the timer for the next finish."""
         now = self._clock()
-        while self._waiting and len(self._running) < self.max_running:
+        while self._waiting and self.num_running < self.max_running:
             job = self._waiting.popleft()
-            job.state = "running"
             job.started_at = now
-            self._running.append(job)
+            if job.prefill > 0 and self.prefill_rate > 0:
+                job.state = "prefill"
+                self._prefilling.append(job)
+            else:
+                job.state = "running"
+                self._running.append(job)
         self._rate = self.per_request_rate(len(self._running))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        delays = [self._prefilling[0].prefill / self.prefill_rate] if self._prefilling else []
         if self._running:
-            left = min(job.tokens - job.generated for job in self._running)
-            delay = max(0.0, left / self._rate)
-            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+            delays.append(min(job.tokens - job.generated for job in self._running) / self._rate)
+        if delays:
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, min(delays)), self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -170,10 +170,11 @@ async def _generate(
     plan, seed = _plan(sim, req, fault)
     natural = plan.natural_tokens
     limit = natural if req.max_new_tokens is None else min(natural, req.max_new_tokens)
+    cached = sim.prefix_cache.lookup(req.messages, req.prompt_tokens)
     # A stalled request holds no decode slot: the stuck part is the server, not the batch.
-    job = None if fault == "stall" else _submit(sim, limit)
+    job = None if fault == "stall" else _submit(sim, limit, req.prompt_tokens - cached)
     inflight.job = job
-    run = _Run(sim, req, rid, inflight, key, plan, seed, natural, limit, fault)
+    run = _Run(sim, req, rid, inflight, key, plan, seed, natural, limit, fault, cached)
     if req.stream:
         if sim.config.trickle_s > 0:
             sim.stats.faults["trickle"] += 1
@@ -181,11 +182,11 @@ async def _generate(
     return await run.respond(request)
 
 
-def _submit(sim: Sim, tokens: int) -> Job | None:
+def _submit(sim: Sim, tokens: int, prefill: int) -> Job | None:
     if sim.engine is None:
         return None
     try:
-        return sim.engine.submit(tokens)
+        return sim.engine.submit(tokens, prefill)
     except QueueFull:
         sim.stats.faults["queue_full"] += 1
         raise p.ApiError(503, p.QUEUE_FULL, "503") from None
@@ -206,6 +207,7 @@ class _Run:
         natural: int,
         limit: int,
         fault: str | None,
+        cached: int = 0,
     ) -> None:
         self.sim, self.req, self.rid, self.inflight, self.key = sim, req, rid, inflight, key
         self.plan, self.seed, self.natural, self.limit, self.fault = plan, seed, natural, limit, fault
@@ -214,6 +216,7 @@ class _Run:
         self.created = int(self.started)
         self.stopped_at: int | None = None  # tokens shown when a stall or trickle was aborted
         self.ended = False  # recorded as a generation, or counted as cancelled
+        self.cached = cached  # prompt tokens the prefix cache held
 
     # -- decoding ---------------------------------------------------------------------------------------------
     def _outcome(self) -> p.Outcome:
@@ -299,7 +302,7 @@ class _Run:
 
     def _extras(self, outcome: p.Outcome, meta: bool) -> dict[str, Any]:
         sim, req = self.sim, self.req
-        cached = sim.cached_tokens(self.key, req.prompt_tokens)
+        cached = sim.cache_report(self.cached)
         spec = sim.spec_details(self.seed, outcome.tokens)
         usage = p.usage(req, outcome, sim.v, cached)
         extras: dict[str, Any] = {"usage": usage, "spec": spec}

@@ -106,7 +106,7 @@ async def _abort_request(request: web.Request) -> web.Response:
 
 
 async def _flush_cache(request: web.Request) -> web.Response:
-    request.app[SIM].seen_prompts.clear()
+    request.app[SIM].prefix_cache.clear()
     return web.Response(
         text="Cache flushed.\nPlease check backend logs for more details. (When there are running "
         "or waiting requests, the operation will not be performed.)\n"
@@ -125,11 +125,20 @@ async def _separate_reasoning(request: web.Request) -> web.Response:
 async def _sim_stats(request: web.Request) -> web.Response:
     sim = request.app[SIM]
     running, waiting = sim.running_waiting()
-    return _json({**sim.stats.snapshot(), "running": running, "queued": waiting, "healthy": sim.healthy()})
+    return _json(
+        {
+            **sim.stats.snapshot(),
+            "prefix_cache": sim.prefix_cache.snapshot(),
+            "running": running,
+            "queued": waiting,
+            "healthy": sim.healthy(),
+        }
+    )
 
 
 async def _sim_reset(request: web.Request) -> web.Response:
     request.app[SIM].stats.reset()
+    request.app[SIM].prefix_cache.reset_counters()
     return web.Response(status=200)
 
 

@@ -28,6 +28,7 @@ from .args import (
 from .config import SimConfig
 from .engine import Engine, Job
 from .faults import FaultPlan
+from .prefix_cache import PrefixCache
 from .sglang_flags import flags_of
 from .stats import Stats
 
@@ -87,6 +88,7 @@ class Sim:
                 decode_tokens_per_s=config.decode_tokens_per_s,
                 max_queued=resolved.get("max_queued_requests"),
                 batch_half=config.batch_half,
+                prefill_tokens_per_s=config.prefill_tokens_per_s,
             )
         self.faults = FaultPlan(
             seed=config.seed,
@@ -110,7 +112,7 @@ class Sim:
         self.draining = False
         self.dead = False
         self.inflight: dict[str, Inflight] = {}  # by rid (the client's, or the generated id)
-        self.seen_prompts: set[str] = set()
+        self.prefix_cache = PrefixCache(0 if resolved.get("disable_radix_cache") else config.prefix_cache_tokens)
         self.on_die: Callable[[], None] | None = None
         self.on_down: Callable[[float], None] | None = None
         self.went_down = False
@@ -150,13 +152,9 @@ class Sim:
         print(message, file=sys.stderr, flush=True)
 
     # -- per request helpers ------------------------------------------------------------------------------------
-    def cached_tokens(self, key: str, prompt_tokens: int) -> int | None:
-        if not self.resolved.get("enable_cache_report"):
-            return None
-        if self.resolved.get("disable_radix_cache") or key not in self.seen_prompts:
-            self.seen_prompts.add(key)
-            return 0
-        return max(0, prompt_tokens - 1)
+    def cache_report(self, cached: int) -> int | None:
+        """`usage.prompt_tokens_details.cached_tokens`: reported only with --enable-cache-report."""
+        return cached if self.resolved.get("enable_cache_report") else None
 
     def spec_details(self, seed: int, tokens: int) -> dict[str, Any] | None:
         """Per-request speculative stats with SGLang's key names for the simulated version."""
@@ -302,7 +300,7 @@ class Sim:
             "max_running_requests": self.max_running,
             "token_usage": 0.0,
             "gen_throughput": self.throughput(),
-            "cache_hit_rate": 0.0,
+            "cache_hit_rate": self.prefix_cache.hit_rate(),
             "utilization": running / self.max_running,
             "queues": {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},
         }
@@ -326,7 +324,7 @@ class Sim:
             "gen_throughput": self.throughput(),
             "token_usage": 0.0,
             "num_used_tokens": 0,
-            "cache_hit_rate": 0.0,
+            "cache_hit_rate": self.prefix_cache.hit_rate(),
             "spec_accept_length": self.avg_accept_length(),
             "spec_accept_rate": 0.0,
             "num_retracted_reqs": 0,
@@ -337,7 +335,7 @@ class Sim:
         counters = {
             "prompt_tokens_total": self.stats.prompt_tokens_total,
             "generation_tokens_total": self.stats.generation_tokens_total,
-            "cached_tokens_total": 0,
+            "cached_tokens_total": self.prefix_cache.cached_tokens,
             "num_requests_total": self.stats.requests,
             "num_aborted_requests_total": self.stats.cancelled,
             "spec_verify_calls_total": self.spec_verify,
