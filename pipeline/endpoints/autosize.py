@@ -5,8 +5,19 @@ max_running_requests, after SGLang's mamba-cache cap: docs/sglang-versions.md). 
 `/v1/loads` (running and waiting requests, and per DP rank `max_running_requests`, which SGLang reports after the
 same cap: `managers/scheduler.py`'s `max_running_requests`, not the launch flag) and moves the
 endpoint's capacity toward "every decode slot busy plus a small queue", so the server's batch refills the moment
-a request finishes without a long queue that would only add latency. When the server's queue holds more than that
-small queue (another client shares the server, or the server runs fewer requests than it says), regen backs off.
+a request finishes without a long queue that would only add latency.
+
+Workers share servers fairly without talking to each other. The server's `/v1/loads` counts every client's
+requests; a worker knows its own (`ep.inflight`). So its share is what the server can take beyond the others':
+
+    target  = max_running + queue              (queue: 10% of max_running, at least 2)
+    share   = target - (running + waiting - own in flight)
+
+A worker shrinks to its share at once (never more in flight than the server holds plus the small queue, however
+many workers run), and grows toward it by 1/(num_workers + 1) of the gap per round, so workers that all see the
+same free room do not all take it (n workers growing together add at most n/(n+1) of the room there was). A
+worker that finishes early sends nothing more, the server's load drops, and the others grow into its share. At
+start, before any load is read, each worker takes 1/num_workers of the full batch the server advertises (gate.py).
 """
 
 from __future__ import annotations
@@ -18,26 +29,52 @@ from typing import Any
 from ..errors import RegenError
 from .pool import DEGRADED, HEALTHY, EndpointState, Pool
 
+QUEUE_SHARE = 0.1
+MIN_QUEUE = 2
 
-def target_capacity(capacity: int, loads: dict[str, Any], *, queue_share: float = 0.1, min_queue: int = 2) -> int:
-    """The next capacity for an endpoint whose server reported `loads` (the /v1/loads body). Pure."""
+
+def full_batch(max_running: int) -> int:
+    """Requests a server should hold: every decode slot busy plus a small queue (10%, at least 2)."""
+    return max_running + max(MIN_QUEUE, int(max_running * QUEUE_SHARE))
+
+
+def target_capacity(
+    capacity: int,
+    loads: dict[str, Any],
+    *,
+    inflight: int | None = None,
+    workers: int = 1,
+) -> int:
+    """The next capacity for an endpoint whose server reported `loads` (the /v1/loads body), given this worker's
+    own requests in flight there (None: as many as its capacity) and how many workers may share it. Pure."""
     ranks = loads.get("loads") or []
     max_running = sum(int(r.get("max_running_requests") or 0) for r in ranks)
     if max_running <= 0:
         return capacity
-    waiting = sum(int(r.get("num_waiting_reqs") or 0) for r in ranks)
-    queue = max(min_queue, int(max_running * queue_share))
-    ideal = max_running + queue
-    if waiting > queue:  # more is queued than we want to keep there: the excess is not ours to add to
-        ideal = min(ideal, capacity - (waiting - queue))
-    step = (ideal - capacity) / 2  # halfway each round: the server's figures lag behind what we send
-    return max(1, capacity + (int(step) if abs(step) >= 1 else ideal - capacity))
+    load = sum(int(r.get("num_running_reqs") or 0) + int(r.get("num_waiting_reqs") or 0) for r in ranks)
+    target = full_batch(max_running)
+    own = min(capacity, load) if inflight is None else inflight
+    others = max(0, load - own)
+    share = target - others  # what the server takes beyond the other clients' requests
+    if share <= capacity:
+        return max(1, share)
+    # Grow by a share of the room: the server's figures lag what was just sent, and the other workers see the
+    # same room (n workers growing together take at most n/(n+1) of it).
+    return capacity + max(1, (share - capacity) // (max(1, workers) + 1))
 
 
 class Autosizer:
-    def __init__(self, pool: Pool, *, interval_s: float = 2.0, on_event: Callable[[str], None] = lambda message: None):
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        interval_s: float = 2.0,
+        workers: int = 1,
+        on_event: Callable[[str], None] = lambda message: None,
+    ):
         self.pool = pool
         self.interval_s = interval_s
+        self.workers = workers
         self.on_event = on_event
 
     async def run(self) -> None:
@@ -55,6 +92,6 @@ class Autosizer:
             return  # an old server or a router without /v1/loads: keep the advertised capacity
         if not isinstance(loads, dict):
             return
-        new = target_capacity(ep.capacity, loads)
+        new = target_capacity(ep.capacity, loads, inflight=ep.inflight, workers=self.workers)
         if new != ep.capacity:
             ep.capacity, ep.capacity_source = new, "adjusted from /v1/loads"

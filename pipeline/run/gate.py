@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ..config import Config, EndpointConfig
+from ..endpoints.autosize import full_batch
 from ..endpoints.health import NOT_YET
 from ..endpoints.pool import EndpointState, Pool
 from ..errors import PreflightError, RegenError
@@ -24,7 +25,6 @@ from ..server.preflight import fingerprint_changes, format_preflight, preflight_
 log = logging.getLogger("regen.preflight")
 
 AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
-HEADROOM = 1.25  # keep a small queue at the server so its batch refills at once
 
 
 def _warming_up(result: dict[str, Any]) -> bool:
@@ -35,10 +35,11 @@ def _warming_up(result: dict[str, Any]) -> bool:
 
 
 class Gate:
-    def __init__(self, cfg: Config, pool: Pool, *, skip: bool = False):
+    def __init__(self, cfg: Config, pool: Pool, *, skip: bool = False, workers: int = 1):
         self.cfg = cfg
         self.pool = pool
         self.skip = skip
+        self.workers = workers  # automatic capacity starts at 1/workers of what the server advertises
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.pending: set[str] = set()  # unreachable at start: preflight before first use
         self.results: dict[str, dict[str, Any]] = {}
@@ -76,7 +77,8 @@ class Gate:
         self.pending.discard(ep.url)
         if ep.auto_capacity:
             advertised = (result.get("info") or {}).get("effective_max_running_requests")
-            ep.capacity = max(1, int(advertised * HEADROOM)) if advertised else AUTO_DEFAULT
+            total = full_batch(advertised) if advertised else AUTO_DEFAULT
+            ep.capacity = max(1, -(-total // self.workers))  # this worker's share until /v1/loads says more
             ep.capacity_source = f"server advertises {advertised}" if advertised else "default (server advertised none)"
         log.info(
             "%s: admitted (preflight passed), capacity %d (%s)", ep.url, ep.capacity, ep.capacity_source,

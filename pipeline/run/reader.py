@@ -26,18 +26,19 @@ repeat, so its memory grows with the number of duplicates, not with the dataset.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from .. import conversation
-from ..config import GenerationConfig, InputConfig
+from ..config import GenerationConfig, InputConfig, ValidateConfig
+from ..dataset.audit import AuditOptions, audit_row
 from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
+from ..dataset.stored import content_id, with_system
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
@@ -69,17 +70,17 @@ def sample_id(input_id: str, k: int) -> str:
     return f"{input_id}#{k}"
 
 
-def content_id(messages: Sequence[dict[str, str]]) -> str:
-    """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
-    blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
 class PromptReader:
     """Reads `[input]` as batches of `Prompt | BadInput`, streamed, `cfg.batch_rows` at a time."""
 
     def __init__(
-        self, cfg: InputConfig, *, path_override: str | None = None, generation: GenerationConfig | None = None
+        self,
+        cfg: InputConfig,
+        *,
+        path_override: str | None = None,
+        generation: GenerationConfig | None = None,
+        validate: ValidateConfig | None = None,
+        only_ids: frozenset[str] | None = None,
     ):
         if cfg.format not in FORMATS:
             raise ConfigError(f"input.format {cfg.format!r} is not one of {', '.join(FORMATS)}")
@@ -94,6 +95,14 @@ class PromptReader:
         self._repeats: dict[str, int] | None = None  # id -> occurrences, for ids seen more than once
         self._total = 0  # rows in the input, set by the duplicate pass
         self._warned_empty: set[Path] = set()  # each empty input file is reported once, not once per pass
+        self._only_ids = only_ids  # --only-ids: these ids (or `row:<n>` row numbers) and no other row
+        self._unhonoured: Counter[str] | None = Counter() if self._openai else None  # body field -> rows
+        self._audit = AuditOptions(
+            messages_field=cfg.messages_field,
+            prompt_field=cfg.prompt_field,
+            thinking=self._gen.thinking,
+            validate=validate or ValidateConfig(),
+        )
 
     # ------------------------------------------------------------ public API
 
@@ -135,6 +144,36 @@ class PromptReader:
         n = self._gen.samples
         for _, rows in self._scan():
             yield [item_id for _, item_id in rows] if n == 1 else [sample_id(i, k) for _, i in rows for k in range(n)]
+        self._warn_unhonoured()
+
+    def _warn_unhonoured(self) -> None:
+        """Once, after the first full pass: the OpenAI batch body fields this run does not send, with their rows."""
+        if not self._unhonoured:
+            self._unhonoured = None
+            return
+        hints = {
+            "model": f"requests go to generation.model = {self._gen.model!r}",
+            "n": "one completion per request; generation.samples makes several",
+            **{k: "set input.request_overrides = true to use it" for k in SAMPLING_FIELDS},
+        }
+        listed = [f"{k} ({n} rows{'; ' + hints[k] if k in hints else ''})" for k, n in self._unhonoured.most_common()]
+        log.warning(
+            "%s: openai-batch body fields that are not honoured, ignored: %s",
+            self._pattern, ", ".join(listed),
+            extra={"event": "unhonoured_fields", "fields": dict(self._unhonoured)},
+        )  # fmt: skip
+        self._unhonoured = None
+
+    def _note_body(self, data: dict[str, Any]) -> None:
+        body = data.get("body")
+        if self._unhonoured is None or not isinstance(body, dict):
+            return
+        for key, value in body.items():
+            if key == "messages" or (key in SAMPLING_FIELDS and self._cfg.request_overrides):
+                continue
+            if key == "model" and value == self._gen.model:
+                continue
+            self._unhonoured[key] += 1
 
     def check_duplicates(self) -> int:
         """Find repeated ids in a streamed pass; returns how many items iter_batches will yield.
@@ -192,6 +231,7 @@ class PromptReader:
         size = self._cfg.batch_rows
         self.files()
         assert self._kinds is not None
+        index = 0  # the row's number over all files, for `row:<n>` in --only-ids
         for path, kind in self._kinds.items():
             if kind == "jsonl":
                 chunks = jsonl_rows(path, size)
@@ -204,13 +244,25 @@ class PromptReader:
             empty = True
             for rows in chunks:
                 empty = empty and not rows
+                if self._only_ids is not None or self._cfg.select == "invalid":
+                    kept = [r for i, r in enumerate(rows, index) if self._selected(path, i, *r)]
+                    index, rows = index + len(rows), kept
                 yield path, rows
             if empty and path not in self._warned_empty:
                 self._warned_empty.add(path)
                 log.warning("%s: input file has no rows", path)
 
+    def _selected(self, path: Path, index: int, row: int, data: Any) -> bool:
+        """Whether a row passes input.select and --only-ids (both filter before ids are counted, so the run's
+        total, resume and iter_batches all see the same rows)."""
+        if self._only_ids is not None and f"row:{index}" not in self._only_ids:
+            if self._row_id(path, row, data) not in self._only_ids:
+                return False
+        return self._cfg.select != "invalid" or audit_row(data, self._audit).failing
+
     def _scan(self) -> Iterator[tuple[Path, list[tuple[int, str]]]]:
-        ids_only = None if self._openai else self._cfg.id_field
+        whole = self._openai or self._cfg.select == "invalid"  # judging a row's turns needs more than its id
+        ids_only = None if whole else self._cfg.id_field
         for path, rows in self._chunks(self._columns(with_keep=False), ids_only):
             yield path, [(row, self._row_id(path, row, data)) for row, data in rows]
 
@@ -218,6 +270,8 @@ class PromptReader:
 
     def _row_id(self, path: Path, row: int, data: Any) -> str:
         """The id `_normalise` would give, cheaply when the row carries one."""
+        if isinstance(data, dict) and self._openai:
+            self._note_body(data)
         if isinstance(data, dict):
             try:
                 given = self._given_id(data, self._json(path))
@@ -324,10 +378,7 @@ class PromptReader:
         return messages, _sampling(body)
 
     def _with_system(self, messages: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
-        system = self._cfg.system_prompt
-        if not system or any(m["role"] == "system" for m in messages):
-            return messages
-        return ({"role": "system", "content": system}, *messages)
+        return with_system(messages, self._cfg.system_prompt)
 
     def _keep(self, data: dict[str, Any]) -> dict[str, Any]:
         body = data.get("body") if self._openai else None

@@ -9,6 +9,7 @@ Interrupted (exit 130): rerunning the same command resumes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -32,10 +33,15 @@ from ..schema import bad_input_row
 from ..store import DoneSet, RunStore, id_hashes, owns_many
 from ..store.durable import output_errors
 from ..store.manifest import begin_run, read_manifest, write_manifest
+from ..store.remote import output_dir
 from .dispatcher import Dispatcher
 from .gate import Gate, capacity_of
-from .metrics import Metrics
+from .logs import ProgressLog
+from .metrics import CountingSink, Metrics
+from .prometheus import Exporter
 from .reader import PromptReader
+
+log = logging.getLogger("regen.run")
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -50,6 +56,7 @@ class RunOptions:
     allow_config_change: bool = False
     skip_preflight: bool = False
     input_path: str | None = None
+    only_ids: frozenset[str] | None = None  # --only-ids: send only these ids (or `row:<n>` row numbers)
     handle_signals: bool = True
     progress_interval_s: float = 0.5
 
@@ -86,16 +93,38 @@ class Runner:
         self.cfg = cfg
         self.opt = options
         self.on_progress = on_progress
-        self.run_dir = Path(cfg.output.dir)
+        self.run_dir = output_dir(cfg.output)  # a bucket run's node-local working copy (store/remote.py)
         self.metrics = Metrics()
         self.stop = asyncio.Event()
         self.pool: Pool | None = None
         self._stack: AsyncExitStack | None = None
         self.gate: Gate | None = None
         self._set_aside: list[dict[str, str]] = []
+        self._partial: dict[str, list[dict[str, Any]]] = {}
+        self._queue: asyncio.Queue[Prompt | None] | None = None
+        out = cfg.output
+        self.exporter = Exporter(out.metrics_host, out.metrics_port, worker=options.worker_index)
 
     async def main(self) -> RunSummary:
-        reader = PromptReader(self.cfg.input, path_override=self.opt.input_path)
+        if not self.cfg.output.metrics_port:
+            return await self._main()
+        self.exporter.start()
+        log.info("metrics at %s", self.exporter.url, extra={"event": "metrics", "url": self.exporter.url})
+        try:
+            summary = await self._main()
+            await asyncio.sleep(self.cfg.output.metrics_linger_s)  # a last scrape sees the final counts
+            return summary
+        finally:
+            self.exporter.stop()
+
+    async def _main(self) -> RunSummary:
+        reader = PromptReader(
+            self.cfg.input,
+            path_override=self.opt.input_path,
+            generation=self.cfg.generation,
+            validate=self.cfg.validate,
+            only_ids=self.opt.only_ids,
+        )
         files = [str(p) for p in reader.files()]
         hashes = await asyncio.to_thread(self._scan, reader)
         with output_errors(self.run_dir, "create the run directory"):
@@ -124,10 +153,16 @@ class Runner:
             store.open, retry_rejects=self.opt.retry_rejects, move_foreign=self.opt.move_foreign
         )
         self._set_aside = state.set_aside
+        self._partial = state.partial
         try:
             total, pending = self._count(hashes, state.done)
             del hashes
             self.metrics.total, self.metrics.already_done = total, total - pending
+            log.info(
+                "run %s: worker %d of %d owns %d prompts, %d already done, %d to do",
+                self.run_dir, self.opt.worker_index, self.opt.num_workers, total, total - pending, pending,
+                extra={"event": "start", "total": total, "pending": pending, "worker": self.opt.worker_index},
+            )  # fmt: skip
             if pending == 0:
                 return self._summary(store, interrupted=False)
             async with self._endpoints() as endpoints:
@@ -136,7 +171,7 @@ class Runner:
                     max_cooldown_s=self.cfg.client.backoff_max_s,
                     no_endpoint_timeout_s=self.cfg.client.no_endpoint_timeout_s,
                 )
-                self.gate = Gate(self.cfg, self.pool, skip=self.opt.skip_preflight)
+                self.gate = Gate(self.cfg, self.pool, skip=self.opt.skip_preflight, workers=self.opt.num_workers)
                 record = await self.gate.admit_all()
                 self._record_preflight(record)
                 interrupted = await self._engine(reader, state.done, store)
@@ -204,15 +239,21 @@ class Runner:
         assert self.pool is not None
         capacity = sum(ep.capacity for ep in self.pool.endpoints)
         queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=self.cfg.client.queue_size or max(64, capacity))
-        dispatcher = Dispatcher(self.cfg, self.pool, store, self.metrics)
+        self._queue = queue
+        sink = CountingSink(store, self.metrics)
+        dispatcher = Dispatcher(self.cfg, self.pool, sink, self.metrics, partial=self._partial)
         self._install_signals()
         try:
             async with asyncio.TaskGroup() as tg:
                 background = [
                     tg.create_task(self._syncer(store)),
                     tg.create_task(self._ticker()),
+                    tg.create_task(self._progress_lines()),
                     tg.create_task(self._monitor().run()),
-                    tg.create_task(Autosizer(self.pool, on_event=self.metrics.record_error).run()),
+                    tg.create_task(dispatcher.watch_hangs()),
+                    tg.create_task(
+                        Autosizer(self.pool, workers=self.opt.num_workers, on_event=self.metrics.record_error).run()
+                    ),
                     tg.create_task(self._watch_endpoints_file()),
                 ]
                 producer = tg.create_task(self._produce(reader, done, store, queue))
@@ -303,9 +344,22 @@ class Runner:
         await self.pool.notify()
 
     async def _syncer(self, store: RunStore) -> None:
+        synced = self.metrics.done
         while True:
             await asyncio.sleep(self.cfg.output.sync_interval_s)
+            started, rows = time.monotonic(), self.metrics.done - synced
             await store.sync()
+            if rows:
+                took = time.monotonic() - started
+                self.metrics.commit_seconds.observe(took)
+                log.debug("committed %d rows in %.1f ms", rows, took * 1000, extra={"event": "commit", "rows": rows})
+                synced += rows
+
+    async def _progress_lines(self) -> None:
+        lines = ProgressLog()
+        while True:
+            await asyncio.sleep(self.cfg.output.progress_interval_s)
+            lines.emit(self._snapshot())
 
     async def _ticker(self) -> None:
         metrics_dir = self.run_dir / "metrics"
@@ -316,6 +370,7 @@ class Runner:
             await asyncio.sleep(self.opt.progress_interval_s)
             self.metrics.tick()
             snap = self._snapshot()
+            self.exporter.publish(snap)
             if self.on_progress is not None:
                 self.on_progress(snap)
             if time.monotonic() - last_write >= 1.0:
@@ -349,6 +404,7 @@ class Runner:
     def _snapshot(self) -> dict[str, Any]:
         snap = self.metrics.snapshot()
         snap["endpoints"] = self.pool.snapshot() if self.pool else {}
+        snap["queue_depth"] = self._queue.qsize() if self._queue is not None else 0
         return snap
 
     def _summary(self, store: RunStore, *, interrupted: bool) -> RunSummary:
@@ -360,6 +416,7 @@ class Runner:
             k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
         }
         write_manifest(self.run_dir, manifest)
+        self.exporter.publish(snap, finished=True)
         return RunSummary(self.run_dir, snap, snap.get("endpoints", {}), interrupted, self._set_aside)
 
     def _install_signals(self) -> None:

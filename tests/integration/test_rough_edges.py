@@ -36,3 +36,29 @@ def test_rows_that_never_reached_a_server_are_not_an_endpoint(tmp_path: Path, si
     group = report["per_endpoint"][server.url]
     assert group["rows"] == 120 and group["reject_rate"] < 0.5  # the 3 bad rows are not its rejects either
     assert not [f for f in report["flagged"] if f["kind"] == "endpoint"]
+
+
+def test_openai_batch_fields_that_are_not_honoured_are_listed_once(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS)
+    batch = tmp_path / "batch.jsonl"
+    extras = [{"n": 4}, {"tools": [{"type": "function"}]}, {"response_format": {"type": "json_object"}}, {}]
+    with open(batch, "wb") as fh:
+        for i in range(12):
+            body = {"model": "gpt-4o" if i < 3 else "Qwen3.6-27B", "messages": [{"role": "user", "content": f"q{i}"}]}
+            body |= {"temperature": 0.1, **extras[i % 4]}
+            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+            fh.write(orjson.dumps(line) + b"\n")
+    cfg = tmp_path / "batch.toml"
+    cfg.write_text(
+        f'[input]\npath = "{batch}"\nformat = "openai-batch"\n[output]\ndir = "{tmp_path / "run"}"\n'
+        f'[generation]\nmodel = "Qwen3.6-27B"\n[[endpoints]]\nurl = "{server.url}"\nconcurrency = 4\n'
+    )
+    result = regen("run", str(cfg), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "not honoured" in line]
+    assert len(warnings) == 1, result.stderr
+    (line,) = warnings
+    for field, rows in (("n", 3), ("tools", 3), ("response_format", 3), ("model", 3), ("temperature", 12)):
+        assert f"{field} ({rows} rows" in line, line
+    assert "messages" not in line.split("ignored:")[1]
+    assert "input.request_overrides" in line and "generation.samples" in line
