@@ -9,6 +9,12 @@ Two waits are kept apart. Waiting for a free slot while endpoints are usable is 
 pool and is never an error. Only time during which no endpoint is usable at all (every one down, draining or
 retired) counts against `no_endpoint_timeout_s`.
 
+A worker may name a preferred endpoint (`acquire(prefer=url)`): the one that served the previous turn of its
+conversation, whose radix cache holds the conversation's history. It gets a slot there if the endpoint is live,
+waiting up to `prefer_wait_s` for one ahead of the two lines (it can use no other endpoint's slot, and its wait is
+bounded); then, or at once when that endpoint is down, draining or retired, it falls back to the least-loaded
+choice like any other request.
+
 An endpoint whose probe passes comes back half-open with a few slots (`ramp`) that grow by one per success, so a
 server that answers `/health` but fails requests costs a few requests per probe, and a restarted one is full again
 within a couple of request durations.
@@ -92,15 +98,18 @@ class Pool:
         failure_threshold: int = 3,
         max_cooldown_s: float = 30.0,
         no_endpoint_timeout_s: float = 600.0,
+        prefer_wait_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.endpoints = endpoints
         self.failure_threshold = failure_threshold
         self.max_cooldown_s = max_cooldown_s
         self.no_endpoint_timeout_s = no_endpoint_timeout_s
+        self.prefer_wait_s = prefer_wait_s
         self.clock = clock
         self._retries: deque[asyncio.Future[EndpointState]] = deque()  # served first
         self._new: deque[asyncio.Future[EndpointState]] = deque()
+        self._pinned: dict[str, deque[asyncio.Future[EndpointState | None]]] = {}  # by preferred url; served first
         self._unusable_since: float | None = None
         for ep in endpoints:
             ep.state_since = self.clock()
@@ -114,12 +123,16 @@ class Pool:
                 best = ep
         return best
 
-    async def acquire(self, *, retry: bool = False) -> EndpointState:
-        """A slot on the least-loaded usable endpoint, waiting in line (retries ahead of new prompts).
+    async def acquire(self, *, retry: bool = False, prefer: str | None = None) -> EndpointState:
+        """A slot on the least-loaded usable endpoint, waiting in line (retries ahead of new prompts); with
+        `prefer`, a slot on that endpoint if it is live and one frees within `prefer_wait_s`.
 
         Raises EndpointError only when no endpoint has been usable for `no_endpoint_timeout_s`.
         """
-        ep = self._take_now(retry)
+        home = self._home(prefer)
+        ep = None if home is None else await self._take_home(home)
+        if ep is None:
+            ep = self._take_now(retry)
         if ep is None:
             ep = await self._wait(self._retries if retry else self._new)
         if ep.throttler is not None:
@@ -130,6 +143,35 @@ class Pool:
                 await asyncio.shield(self.release(ep, unused=True))
                 raise
         return ep
+
+    def _home(self, url: str | None) -> EndpointState | None:
+        """The preferred endpoint, if it is live (a down, draining or retired one hands its conversations on)."""
+        if url is None:
+            return None
+        return next((ep for ep in self.endpoints if ep.url == url and ep.state in LIVE), None)
+
+    async def _take_home(self, home: EndpointState) -> EndpointState | None:
+        """A slot on `home`, now or within `prefer_wait_s`; None when none came (or it stopped being live)."""
+        line = self._pinned.setdefault(home.url, deque())
+        if home.usable and not line:
+            home.inflight += 1
+            return home
+        if self.prefer_wait_s <= 0:
+            return None
+        fut: asyncio.Future[EndpointState | None] = asyncio.get_running_loop().create_future()
+        line.append(fut)
+        try:
+            await asyncio.wait({fut}, timeout=self.prefer_wait_s)
+            return fut.result() if fut.done() else None
+        except BaseException:
+            if fut.done() and not fut.cancelled() and (ep := fut.result()) is not None:
+                ep.inflight -= 1  # handed a slot as we were leaving: give it back
+                self._wake()
+            raise
+        finally:
+            fut.cancel()
+            if fut in line:
+                line.remove(fut)
 
     def _take_now(self, retry: bool) -> EndpointState | None:
         """A free slot, unless someone who must go first is already waiting."""
@@ -166,8 +208,10 @@ class Pool:
         return max(0.001, min(POLL_S, self.no_endpoint_timeout_s - self.unusable_for()))
 
     def _wake(self) -> None:
-        """Hand free slots to waiting workers: retries first, then new prompts, each line in order."""
+        """Hand free slots to waiting workers: those waiting for their own endpoint first (they can use no other),
+        then retries, then new prompts, each line in order."""
         self._note_liveness()
+        self._wake_pinned()
         for line in (self._retries, self._new):
             while line:
                 if line[0].done():  # its worker left (cancelled)
@@ -178,6 +222,20 @@ class Pool:
                     return
                 ep.inflight += 1
                 line.popleft().set_result(ep)
+
+    def _wake_pinned(self) -> None:
+        for ep in self.endpoints:
+            line = self._pinned.get(ep.url)
+            while line:
+                if line[0].done():  # its worker left (cancelled, or its wait ran out)
+                    line.popleft()
+                elif ep.state not in LIVE:  # down, draining or retired: fall back to any endpoint now
+                    line.popleft().set_result(None)
+                elif ep.usable:
+                    ep.inflight += 1
+                    line.popleft().set_result(ep)
+                else:
+                    break
 
     async def notify(self) -> None:
         """Something changed (capacity, state): give waiting workers the slots that may now be free."""
@@ -258,6 +316,7 @@ class Pool:
         ep.ramp = 0
         ep.down_until = self.clock() + ep.cooldown_s
         ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
+        self._wake_pinned()  # its conversations go elsewhere now
 
     def probe_failed(self, ep: EndpointState, why: str, *, max_wait_s: float) -> None:
         """A probe of a down endpoint failed: probe again after its cooldown, at most `max_wait_s` from now."""
@@ -302,6 +361,7 @@ class Pool:
         self._set(ep, RETIRED)
         self._error(ep, why)
         log.warning("%s: retired for this run: %s", ep.url, why, extra={"event": "endpoint_retired", "url": ep.url})
+        self._wake_pinned()
 
     def add(self, ep: EndpointState) -> None:
         ep.state_since = self.clock()
@@ -314,6 +374,7 @@ class Pool:
         log.info(
             "%s: draining (in-flight requests finish)", ep.url, extra={"event": "endpoint_draining", "url": ep.url}
         )
+        self._wake_pinned()
 
     def undrain(self, ep: EndpointState) -> None:
         """A drained endpoint was listed again: probe it before use."""

@@ -115,13 +115,15 @@ class Dispatcher:
         for k in range(len(done), len(positions)):
             request = self._request(prompt, k, done)
             last = k == len(positions) - 1
-            outcome = await self._turn(
-                request, ep, done, f"turn {k + 1}/{len(positions)}: " if len(positions) > 1 else ""
-            )
+            home = done[-1].get("endpoint") if done else None  # its radix cache holds this turn's history
+            label = f"turn {k + 1}/{len(positions)}: " if len(positions) > 1 else ""
+            outcome = await self._turn(request, ep, done, label, home if self.cfg.client.sticky_conversations else None)
             ep = None
             if outcome is None:
                 return
             completion, turn = outcome
+            if home is not None:
+                self.metrics.record_later_turn(completion.endpoint == home)
             attempts += turn["attempts"]
             done.append(turn)
             if last:
@@ -141,14 +143,19 @@ class Dispatcher:
         return dataclasses.replace(prompt, messages=tuple(messages))
 
     async def _turn(
-        self, prompt: Prompt, ep: EndpointState | None, done: list[dict[str, Any]], label: str
+        self,
+        prompt: Prompt,
+        ep: EndpointState | None,
+        done: list[dict[str, Any]],
+        label: str,
+        prefer: str | None = None,
     ) -> tuple[Completion, dict[str, Any]] | None:
         """One turn within its attempts: the accepted completion and its `turns` entry, or None once the row is
-        rejected (stored here, with the turns `done` before it)."""
+        rejected (stored here, with the turns `done` before it). Each attempt prefers the endpoint `prefer`."""
         t = _Tally()
         while t.attempts < self.cfg.client.max_attempts and t.endpoint_failures < self.cfg.client.max_endpoint_failures:
             retry = t.attempts + t.endpoint_failures > 0  # a retry takes the next free slot before new prompts
-            completion = await self._send(prompt, ep or await self.pool.acquire(retry=retry), t)
+            completion = await self._send(prompt, ep or await self.pool.acquire(retry=retry, prefer=prefer), t)
             ep = None
             if completion is None:
                 if t.final:  # a permanent error: the prompt itself is at fault

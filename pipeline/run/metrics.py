@@ -45,6 +45,8 @@ class Metrics:
     requests: int = 0
     retries: int = 0
     endpoint_failures: int = 0
+    later_turns: int = 0  # accepted turns after a conversation's first
+    later_turns_same_endpoint: int = 0  # of those, the ones served by the endpoint of the turn before (prefix reuse)
     completions_by_endpoint: Counter[str] = field(default_factory=Counter)  # accepted rows stored
     output_tokens_by_endpoint: Counter[str] = field(default_factory=Counter)  # their completion tokens
     commit_seconds: Latencies = field(default_factory=Latencies)  # each journal sync (and the commits it made)
@@ -74,6 +76,11 @@ class Metrics:
         endpoint = row.get("endpoint") or ""
         self.completions_by_endpoint[endpoint] += 1
         self.output_tokens_by_endpoint[endpoint] += row.get("completion_tokens") or 0
+
+    def record_later_turn(self, same_endpoint: bool) -> None:
+        """A turn after a conversation's first was accepted; `same_endpoint`: where its previous turn went."""
+        self.later_turns += 1
+        self.later_turns_same_endpoint += same_endpoint
 
     def record_error(self, message: str) -> None:
         self.last_errors.append(message)
@@ -107,6 +114,8 @@ class Metrics:
             "requests": self.requests,
             "retries": self.retries,
             "endpoint_failures": self.endpoint_failures,
+            "later_turns": self.later_turns,
+            "later_turns_same_endpoint": self.later_turns_same_endpoint,
             "completions_by_endpoint": dict(self.completions_by_endpoint),
             "output_tokens_by_endpoint": dict(self.output_tokens_by_endpoint),
             "commit_seconds": self.commit_seconds.snapshot(),

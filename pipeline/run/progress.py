@@ -64,6 +64,8 @@ class Progress:
                     "completions_per_s": round(snap["completions_per_s"], 3),
                     "output_tokens_per_s": round(snap["output_tokens_per_s"], 1),
                     "endpoints": {url: ep["state"] for url, ep in snap.get("endpoints", {}).items()},
+                    "later_turns": snap.get("later_turns", 0),
+                    "later_turns_same_endpoint": snap.get("later_turns_same_endpoint", 0),
                 },
             )  # fmt: skip
             return
@@ -77,7 +79,16 @@ class Progress:
         if snap["rejected_by_reason"]:
             reasons = ", ".join(f"{k}: {v}" for k, v in sorted(snap["rejected_by_reason"].items()))
             lines.append(f"  rejects: {reasons}")
+        if snap.get("later_turns"):
+            lines.append(f"  prefix reuse: {prefix_reuse(snap)}")
         for url, ep in snap.get("endpoints", {}).items():
             lines.append(f"  endpoint {url}: {ep['ok']} ok, {ep['errors']} errors, state {ep['state']}")
         lines.append(f"  shards: {run_dir / 'shards'}  rejects: {run_dir / 'rejects'}")
         print("\n".join(lines), file=sys.stderr)
+
+
+def prefix_reuse(snap: dict[str, Any]) -> str:
+    """Turns after a conversation's first that went to the endpoint of the turn before (whose prefix cache holds
+    their history), of all such turns."""
+    same, later = snap.get("later_turns_same_endpoint", 0), snap.get("later_turns", 0)
+    return f"{same}/{later} later turns on their conversation's endpoint ({same / max(1, later):.1%})"

@@ -93,6 +93,16 @@ class Exporter(Collector):
         yield _counter(
             "regen_endpoint_failures", "requests lost to an endpoint going down", [], [([], s["endpoint_failures"])], w
         )
+        yield _counter(
+            "regen_later_turns", "accepted turns after a conversation's first", [], [([], s.get("later_turns", 0))], w
+        )
+        yield _counter(
+            "regen_later_turns_same_endpoint",
+            "later turns served by the endpoint of the turn before (prefix cache reuse)",
+            [],
+            [([], s.get("later_turns_same_endpoint", 0))],
+            w,
+        )
         yield _gauge("regen_prompts_owned", "prompts this worker owns in the input", [], [([], s["total"])], w)
         yield _gauge(
             "regen_prompts_finished", "prompts in shards or rejects", [], [([], s["already_done"] + s["done"])], w

@@ -170,6 +170,7 @@ class Runner:
                     endpoints,
                     max_cooldown_s=self.cfg.client.backoff_max_s,
                     no_endpoint_timeout_s=self.cfg.client.no_endpoint_timeout_s,
+                    prefer_wait_s=self.cfg.client.sticky_wait_s,
                 )
                 self.gate = Gate(self.cfg, self.pool, skip=self.opt.skip_preflight, workers=self.opt.num_workers)
                 record = await self.gate.admit_all()
