@@ -110,7 +110,11 @@ class RunStore:
     def _resume(self, retry_rejects: bool, move_foreign: bool) -> ResumeState:
         index = CommittedIndex(self.run_dir)
         index.refresh()
-        turns = read_turns(list_journals(self.run_dir / JOURNAL))  # before recovery deletes the journals
+        turns = read_turns(list_journals(self.run_dir / JOURNAL))  # before recovery deletes the journals ...
+        # ... and written to this run's first journal before that: a kill during recovery loses no finished turn.
+        self._journal = JournalWriter(self.run_dir / JOURNAL, self.worker_index, self._next_seq())
+        mine = [(i, by_k) for i, by_k in turns.items() if owns(id_hash(i), self.worker_index, self.num_workers)]
+        self._journal.append([turn_line(i, k, t) for i, by_k in mine for k, t in sorted(by_k.items())])
         moved: list[dict[str, str]] = []
         if index.damaged:
             moved = set_aside(self.run_dir, list(index.damaged.values()), move_foreign=move_foreign)
@@ -140,11 +144,8 @@ class RunStore:
             for p in index.parts.values()
             if p.kind == REJECTS and (retry_rejects or len(p.retryable))
         }
-        seq = self._next_seq()
-        self._journal = JournalWriter(self.run_dir / JOURNAL, self.worker_index, seq)
         self._open_turns = {i: [turn_line(i, k, t) for k, t in enumerate(ts)] for i, ts in partial.items()}
-        self._journal.append([line for lines in self._open_turns.values() for line in lines])
-        self._new_parts(seq)
+        self._new_parts(self._journal.seq)
         return state
 
     def _partial(self, turns: dict[str, dict[int, dict[str, Any]]], done: DoneSet) -> dict[str, list[dict[str, Any]]]:
@@ -166,6 +167,8 @@ class RunStore:
         for kind in (SHARDS, REJECTS):
             remove_tmp_files(self.run_dir / kind, worker)
         journals = [j for j in list_journals(self.run_dir / JOURNAL) if j.worker == worker]
+        if self._journal is not None and worker == self.worker_index:  # not the journal this open() started
+            journals = [j for j in journals if j.seq < self._journal.seq]
         return sum(recover_journal(self.run_dir, j, committed, self._schemas, self.row_group_rows) for j in journals)
 
     def _other_workers(self) -> set[int]:
