@@ -199,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_dir(path: Path) -> Path:
     """The RUN_DIR of status, inspect, validate, export and merge must be one (exit 2), not a typo read as zeros."""
+    from .store.remote import local_copy
+
+    path = local_copy(path)  # s3://bucket/run: its local working copy, up to date with the bucket (store/remote.py)
     if not path.exists():
         raise InputError(f"{path}: no such run directory")
     if not any((path / name).exists() for name in _RUN_DIR_MARKS):

@@ -50,6 +50,12 @@ class OutputConfig:
     metrics_port: int = 0  # serve Prometheus metrics on this port while the run lives; 0 = off
     metrics_host: str = "127.0.0.1"  # the address the metrics server binds (0.0.0.0 for a cluster scraper)
     metrics_linger_s: float = 0.0  # keep serving this long after the run ends, so a last scrape sees the end
+    # Runs in a bucket (dir = "s3://bucket/run"; docs/storage.md): the node-local working copy and journal live
+    # under journal_dir (default ~/.cache/regen/runs, keyed by the run URI); parts are committed to the bucket at
+    # least every remote_sync_s (what a lost node costs at most); a worker's lease expires lease_s after its renewal.
+    journal_dir: str = ""
+    remote_sync_s: float = 60.0
+    lease_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,8 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("output.shard_rows", _at_least(1), "at least 1"),
     ("output.row_group_rows", _at_least(1), "at least 1"),
     ("output.sync_interval_s", _positive, "positive"),
+    ("output.remote_sync_s", _positive, "positive"),
+    ("output.lease_s", _at_least(5), "at least 5"),
     ("output.progress_interval_s", _positive, "positive"),
     ("output.metrics_port", lambda v: 0 <= v <= 65535, "0 (off) or a port number in [1, 65535]"),
     ("output.metrics_linger_s", _at_least(0), "0 or more"),

@@ -4,12 +4,19 @@
 gzipped), Parquet one record batch at a time (only the id column when that is all that is asked), Arrow IPC
 memory-mapped. Every reader yields lists of `(row number, parsed object)`; a line that cannot be parsed is a
 `Broken` value with the reason, so the reader can reject that row and go on.
+
+An `input.path` in object storage (`s3://bucket/data/*.jsonl`, a folder, one file; `gs://` and `hf://` and every
+scheme fsspec knows, with its package installed) is copied once into the user's cache (`~/.cache/regen/inputs/`,
+fetched again when a file's size changes) and read from there like a local path. S3 credentials and endpoint come
+from the environment (`AWS_*`, `AWS_ENDPOINT_URL`), as for output.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import gzip
+import hashlib
 import json
 import os
 import zlib
@@ -22,7 +29,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InputError
+from ..errors import InputError, RegenError
+from ..store.objects import Uri, local_path, objects_for, parse_uri, uri_text
+from ..store.remote import cache_root
 
 _SUFFIXES = {
     "jsonl": (".jsonl", ".jsonl.gz", ".ndjson"),
@@ -49,6 +58,8 @@ Row = tuple[int, Any]  # (row number, parsed object or Broken)
 
 def resolve(pattern: str, fmt: str) -> dict[Path, str]:
     """Input files and the reader kind of each (jsonl, parquet, arrow), in reading order."""
+    text = uri_text(pattern)
+    pattern = local_path(pattern) if text is None else fetch_remote(text)
     named = not glob.has_magic(pattern)  # a file named on its own must be readable; glob matches may be skipped
     if not named:
         matches = [Path(m) for m in sorted(glob.glob(pattern, recursive=True))]
@@ -110,6 +121,74 @@ def labels(paths: list[Path]) -> dict[Path, str]:
         return dict(zip(paths, names, strict=True))
     root = os.path.commonpath([str(p.absolute()) for p in paths])
     return {p: os.path.relpath(p.absolute(), root) for p in paths}
+
+
+# ---------------------------------------------------------------- inputs in object storage
+
+
+def fetch_remote(text: str) -> str:
+    """Copy the files `text` names (a file, a folder, a glob) into the local cache; the local pattern to read."""
+    try:
+        uri = parse_uri(text)
+        return _fetch_s3(uri) if uri.scheme == "s3" else _fetch_fsspec(text)
+    except InputError:
+        raise
+    except RegenError as exc:  # the bucket is missing, access refused: an input problem here
+        raise InputError(str(exc)) from None
+
+
+def _local_root(text: str) -> Path:
+    return cache_root().parent / "inputs" / hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _fetch_s3(uri: Uri) -> str:
+    objects = objects_for(uri)
+    magic = glob.has_magic(uri.prefix)
+    base = uri.prefix.split("*")[0].split("?")[0].split("[")[0].rpartition("/")[0] if magic else uri.prefix
+    listed = objects.listing(f"{base}/" if base else "")
+    exact = [o for o in objects.listing(base) if o.key == base] if not magic and base else []
+    if exact:  # one file named on its own
+        base = base.rpartition("/")[0]
+        listed = exact
+    elif magic:
+        listed = [o for o in listed if fnmatch.fnmatchcase(o.key, uri.prefix)]
+    if not listed:
+        raise InputError(f"{uri}: no input files match")
+    root = _local_root(f"{uri.bucket}/{base}")
+    for item in listed:
+        target = root / item.key[len(base) :].lstrip("/")
+        if not target.exists() or target.stat().st_size != item.size:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            objects.download(item.key, tmp)
+            os.replace(tmp, target)
+    if exact:
+        return str(root / exact[0].key.rpartition("/")[2])
+    return str(root / uri.prefix[len(base) :].lstrip("/")) if magic else str(root)
+
+
+def _fetch_fsspec(text: str) -> str:
+    try:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(text)
+    except (ImportError, ValueError) as exc:
+        raise InputError(
+            f"{text}: cannot read this scheme ({exc}); install its fsspec package (gcsfs for gs://)"
+        ) from None
+    root = _local_root(text)
+    try:
+        if glob.has_magic(path) or fs.isdir(path):
+            pattern = path if glob.has_magic(path) else f"{path.rstrip('/')}/**"
+            names = [n for n in fs.glob(pattern) if not fs.isdir(n)]
+            base = os.path.commonpath(names) if len(names) > 1 else os.path.dirname(names[0]) if names else path
+            for name in names:
+                fs.get(name, str(root / os.path.relpath(name, base)))
+            return str(root / os.path.relpath(path, base)) if glob.has_magic(path) else str(root)
+        fs.get(path, str(root / os.path.basename(path)))
+        return str(root / os.path.basename(path))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{text}: cannot fetch: {exc}") from None
 
 
 # ---------------------------------------------------------------- file readers

@@ -33,6 +33,7 @@ from ..schema import bad_input_row
 from ..store import DoneSet, RunStore, id_hashes, owns_many
 from ..store.durable import output_errors
 from ..store.manifest import begin_run, read_manifest, write_manifest
+from ..store.remote import output_dir
 from .dispatcher import Dispatcher
 from .gate import Gate, capacity_of
 from .logs import ProgressLog
@@ -92,7 +93,7 @@ class Runner:
         self.cfg = cfg
         self.opt = options
         self.on_progress = on_progress
-        self.run_dir = Path(cfg.output.dir)
+        self.run_dir = output_dir(cfg.output)  # a bucket run's node-local working copy (store/remote.py)
         self.metrics = Metrics()
         self.stop = asyncio.Event()
         self.pool: Pool | None = None

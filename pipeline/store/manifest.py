@@ -1,7 +1,8 @@
 """RUN_DIR/run.json: schema version, config hash, resolved config, input fingerprint, counts, history.
 
-Written atomically (temp file, fsync, rename). A resume whose generation config differs from the recorded one is
-refused with the differing keys unless the caller allows it, and then the change is recorded in `history`.
+Written atomically (temp file, fsync, rename); for a run in a bucket, then copied up (`remote`). A resume whose
+generation config differs from the recorded one is refused with the differing keys unless the caller allows it,
+and then the change is recorded in `history`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import orjson
 from ..config import Config, ValidateConfig
 from ..errors import ConfigDriftError, OutputError
 from ..schema import SCHEMA_VERSION
+from .remote import remote_of
 
 MANIFEST = "run.json"
 
@@ -70,6 +72,9 @@ def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write manifest: {exc.strerror or exc}") from None
+    remote = remote_of(run_dir)
+    if remote is not None:  # a run in a bucket: the bucket's run.json is the one other nodes read
+        remote.push_manifest()
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:

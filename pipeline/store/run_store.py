@@ -10,6 +10,11 @@ parts of that journal seq are committed (close, fsync, rename, fsync the directo
     RUN_DIR/journal/worker-{i}.{seq}.jsonl     rows of part seq not yet committed
     RUN_DIR/shards/.worker-{i}-{seq}.parquet.tmp  →  shards/part-w{i}-{seq:05d}-{uuid8}.parquet
     RUN_DIR/rejects/ (likewise)
+
+A run in a bucket (`remote.remote_of(run_dir)` is not None) runs the same way in its node-local working copy; in
+addition open() takes the worker's lease in the bucket and pulls the committed parts first, every commit is pushed
+(one commit-log record) before the journal rotates, and parts are committed at least every `remote_sync_s` so a lost
+node (its journal with it) costs at most that much. See `remote`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +37,11 @@ from .durable import fsync_dir, output_errors
 from .files import REJECTS, SHARDS
 from .index import CommittedIndex
 from .journal import ACCEPTED, REJECTED, TURN, JournalWriter, encode, list_journals, read_journal, read_turns, turn_line
+from .lease import Lease
 from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hash, id_hashes, owns, owns_many
 from .recovery import recover_journal, remove_ids, set_aside, settle
+from .remote import RemoteRun, remote_of
 from .shards import PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
 
 JOURNAL = "journal"
@@ -89,6 +97,10 @@ class RunStore:
         self._open_turns: dict[str, list[bytes]] = {}  # journal lines of conversations not finished yet
         self._failed: OutputError | None = None
         self._closed = False
+        self.aborted = False
+        self._remote: RemoteRun | None = None
+        self._lease: Lease | None = None
+        self._last_commit = time.monotonic()
 
     # -- open / resume -------------------------------------------------------------------------------------------
 
@@ -101,8 +113,17 @@ class RunStore:
                 (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         self._lock = take_worker_lock(self.run_dir, self.worker_index, self.num_workers)
         try:
+            self._remote = remote_of(self.run_dir)
+            if self._remote is not None:
+                self._lease = self._remote.take_lease(f"worker-{self.worker_index}", num_workers=self.num_workers)
+                self._remote.pull()
             check_peers(self.run_dir, self.worker_index, self.num_workers)
-            return self._resume(retry_rejects, move_foreign)
+            state = self._resume(retry_rejects, move_foreign)
+            if self._remote is not None:
+                self._remote.push()  # what recovery and settling committed locally
+                self._remote.clean_orphans({self.worker_index})
+            self._last_commit = time.monotonic()
+            return state
         except BaseException:
             self._release()
             raise
@@ -125,7 +146,7 @@ class RunStore:
             lock = FileLock(worker_lock_path(self.run_dir, worker))
             if lock.acquire(role="recovering"):
                 try:
-                    recovered += self._recover_worker(worker, committed)
+                    recovered += self._recover_other(worker, committed)
                 finally:
                     lock.release()
         del committed  # two done sets of the whole run: not needed past recovery
@@ -170,6 +191,19 @@ class RunStore:
         if self._journal is not None and worker == self.worker_index:  # not the journal this open() started
             journals = [j for j in journals if j.seq < self._journal.seq]
         return sum(recover_journal(self.run_dir, j, committed, self._schemas, self.row_group_rows) for j in journals)
+
+    def _recover_other(self, worker: int, committed: dict[str, DoneSet]) -> int:
+        """Recover another worker's journal left in this copy; for a run in a bucket only under that worker's lease
+        (it may be running on another node: then its journal here waits for a later open)."""
+        if self._remote is None:
+            return self._recover_worker(worker, committed)
+        taken = self._remote.try_lease(f"worker-{worker}", role="recovering")
+        if taken is None:
+            return 0
+        try:
+            return self._recover_worker(worker, committed)
+        finally:
+            taken.release()
 
     def _other_workers(self) -> set[int]:
         workers = {j.worker for j in list_journals(self.run_dir / JOURNAL)}
@@ -268,6 +302,9 @@ class RunStore:
                 batch, self._buffer = self._buffer, []
             try:
                 self._write(batch)
+                if self._remote is not None and time.monotonic() - self._last_commit >= self._remote.remote_sync_s:
+                    if any(p.rows for p in self._parts.values()):
+                        self._commit()  # a small part now: a lost node costs at most remote_sync_s of rows
             except OutputError as exc:
                 self._failed = exc
                 raise
@@ -303,12 +340,17 @@ class RunStore:
     def _commit(self) -> None:
         """Commit both parts of the current seq, then rotate the journal. Crash-safe at every step."""
         assert self._journal is not None
+        if self._lease is not None:
+            self._lease.check()
         committed: list[str] = []
         for kind, part in self._parts.items():
             if part.commit() is not None:
                 with output_errors(self.run_dir / kind, "sync the directory"):
                     fsync_dir(self.run_dir / kind)
                 committed += part.ids
+        if self._remote is not None:
+            self._remote.push()  # before the journal goes: until the bucket has them, the journal keeps the rows
+        self._last_commit = time.monotonic()
         with self._buffer_lock:
             carry = [line for lines in self._open_turns.values() for line in lines]
         self._journal.rotate(carry)
@@ -345,6 +387,7 @@ class RunStore:
 
     def abort(self) -> None:
         """Stop without committing, as a crash would (the journal is recovered by the next open())."""
+        self.aborted = True
         for part in self._parts.values():
             part.discard()
         self._release()
@@ -353,12 +396,22 @@ class RunStore:
         self._closed = True
         if self._journal is not None:
             self._journal.close()
+        held = self._lease is not None and self._lease.held
+        if self._remote is not None and held and self._failed is None and not self.aborted:
+            try:
+                self._remote.push()  # rejects rewritten after the last commit (retried ids that left them)
+            except OutputError as exc:
+                self._failed = exc
+        if self._lease is not None:
+            self._lease.release()
         if self._lock is not None:
             self._lock.release()
 
     def _check_usable(self) -> None:
         if self._failed is not None:
             raise OutputError(f"the store stopped after an earlier error: {self._failed}")
+        if self._lease is not None:
+            self._lease.check()
         if self._lock is None or self._closed:
             raise RuntimeError("RunStore is not open (call open() first; a closed store cannot be reused)")
 
