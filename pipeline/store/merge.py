@@ -11,7 +11,8 @@ is one transaction per folder (shards/, then rejects/ if asked), recorded before
 A crash between 2 and 3 leaves ids in two committed files. `finish_interrupted_merge` repairs it from the plan:
 if every output exists it finishes deleting the inputs (roll forward), otherwise it deletes the outputs that
 exist (roll back; the inputs were never touched). The merge runs only when no run is live: it takes every worker
-lock and the rewrite lock without blocking, and refuses while journals hold rows not yet committed.
+lock and the rewrite lock without blocking, and refuses while journals hold rows not yet committed. For a run in a
+bucket the merge runs in the working copy and reaches the bucket as one commit-log record (`remote`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .files import (
     remove_rewrite_tmp_files,
 )
 from .locks import whole_run
+from .remote import bucket_transaction
 
 PLAN = "merge.json"
 ROW_GROUP_ROWS = 512
@@ -82,7 +84,7 @@ def merge_run(
 @contextmanager
 def exclusive(run_dir: Path) -> Iterator[None]:
     """Hold every worker lock and the rewrite lock, and check no journal holds uncommitted rows."""
-    with whole_run(run_dir, "merge"):
+    with whole_run(run_dir, "merge"), bucket_transaction(run_dir, "merge"):
         pending = _pending_journals(run_dir / "journal")
         if pending:
             raise OutputError(

@@ -46,6 +46,7 @@ from .files import (
 )
 from .locks import rewrite_lock
 from .manifest import manifest_or_empty, thinking_of, validate_config_of
+from .remote import bucket_transaction
 from .scan import duplicates
 
 EXAMPLES = 10
@@ -80,7 +81,7 @@ def validate_run(
     if not quarantine:
         result = _check_run(run_dir, cfg, thinking, stage=False)[0]
     else:
-        with rewrite_lock(run_dir):
+        with rewrite_lock(run_dir), bucket_transaction(run_dir, "quarantine"):
             result, drops = _check_run(run_dir, cfg, thinking, stage=True)
             for path, ids in drops.items():
                 rewrite_without(path, drop_ids(ids))  # step 2

@@ -28,6 +28,8 @@ import logging
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from ..config import OutputConfig
-from ..errors import InputError
+from ..errors import InputError, LockedError
 from . import commitlog, lease
 from .durable import fsync_dir, output_errors, unlink_quiet
 from .files import REJECTS, SHARDS, committed_parts
@@ -111,6 +113,30 @@ def local_copy(location: str | Path, *, journal_dir: str = "") -> Path:
         raise InputError(f"{uri}: no run there (no run.json, no committed part)")
     remote.pull()
     return copy
+
+
+@contextmanager
+def bucket_transaction(run_dir: Path, what: str) -> Iterator[None]:
+    """For a rewrite of a whole run (merge, quarantine) in a working copy: refuse beside a live worker anywhere,
+    hold the bucket's `rewrite` lease, pull first, and push the result as one record. Nothing for a local run."""
+    remote = remote_of(run_dir)
+    if remote is None:
+        yield
+        return
+    live = {name: holder for name, holder in remote.live_leases().items() if name.startswith("worker-")}
+    if live:
+        name, holder = next(iter(live.items()))
+        raise LockedError(
+            f"{remote.uri} is in use: {name} is held by {lease.holder_text(holder)}. "
+            f"Wait for the run to finish or stop it, then {what}"
+        )
+    taken = remote.take_lease("rewrite", role=what)
+    try:
+        remote.pull()
+        yield
+        remote.push()
+    finally:
+        taken.release()
 
 
 def remote_of(run_dir: Path) -> RemoteRun | None:
