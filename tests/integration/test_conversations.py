@@ -113,23 +113,26 @@ def test_a_sigkill_mid_conversation_loses_nothing_and_regenerates_no_journaled_t
     server: SimProcess = sim(*SIM, "--decode-rate", "3000", "--max-running-requests", "8")
     cfg = _config(tmp_path, server.url)
     run_dir = tmp_path / "run"
-    journaled: dict[str, set[int]] = {}
+    kills: list[tuple[dict[str, set[int]], dict[str, int]]] = []  # (turns journaled, generations) at each kill
     for delay in (3.0, 2.5):  # two kills, each in the middle of many conversations
         proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        for prompt_id, ks in _journaled_turns(run_dir).items():
-            journaled.setdefault(prompt_id, set()).update(ks)
-    assert journaled, "the kills should land while conversations are half done"
+        kills.append((_journaled_turns(run_dir), dict(server.stats()["generations"])))
+    assert any(journaled for journaled, _ in kills), "the kills should land while conversations are half done"
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert_exactly_once(run_dir, [*_inputs(), "tool-001", "image-001"])
     inputs, rows = _inputs(), _rows(run_dir)
-    generations = server.stats()["generations"]
-    for prompt_id, ks in journaled.items():
-        requests = _expected_requests(inputs[prompt_id], rows[prompt_id])
-        assert [generations.get(prompt_key(requests[k])) for k in sorted(ks)] == [1] * len(ks), prompt_id
+    final = server.stats()["generations"]
+    for journaled, at_kill in kills:
+        for prompt_id, ks in journaled.items():
+            requests = _expected_requests(inputs[prompt_id], rows[prompt_id])
+            keys = [prompt_key(requests[k]) for k in sorted(ks)]
+            # A turn journaled when the run was killed is never generated again (a turn in flight or not yet
+            # synced at a kill may be: that is the ~1 s the design allows to lose).
+            assert [final.get(k) for k in keys] == [at_kill.get(k) for k in keys], prompt_id
     assert not list((run_dir / "journal").glob("*.jsonl")) or all(
         p.stat().st_size == 0 for p in (run_dir / "journal").glob("*.jsonl")
     )
