@@ -42,13 +42,13 @@ def _share(workers: list[int], max_running: int, rounds: int, busy: list[bool]) 
 
 
 def test_workers_sharing_a_server_never_exceed_it_and_one_that_finishes_leaves_its_share() -> None:
-    # 4 workers on a 16-slot server (target 16 + 2), each starting at its quarter of the advertised capacity.
+    # 4 workers on a 16-slot server (target 16 + a queue of 3 = workers - 1), each starting at its quarter.
     history = _share([5, 5, 5, 5], 16, rounds=20, busy=[True] * 4)
-    assert all(sum(caps) <= 18 for caps in history)
+    assert all(sum(caps) <= 19 for caps in history)
     assert sum(history[-1]) >= 16  # the batch stays full
     busy = [True, True, True, False]  # worker 3 has finished: the others grow into its share
     after = _share(history[-1][:3] + [0], 16, rounds=20, busy=busy)
-    assert all(sum(caps[:3]) <= 18 for caps in after) and sum(after[-1][:3]) >= 16
+    assert all(sum(caps[:3]) <= 19 for caps in after) and sum(after[-1][:3]) >= 16
 
 
 def test_never_below_one() -> None:

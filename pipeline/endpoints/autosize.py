@@ -10,7 +10,7 @@ a request finishes without a long queue that would only add latency.
 Workers share servers fairly without talking to each other. The server's `/v1/loads` counts every client's
 requests; a worker knows its own (`ep.inflight`). So its share is what the server can take beyond the others':
 
-    target  = max_running + queue              (queue: 10% of max_running, at least 2)
+    target  = max_running + queue              (queue: 10% of max_running, at least 2 and workers - 1)
     share   = target - (running + waiting - own in flight)
 
 A worker shrinks to its share at once (never more in flight than the server holds plus the small queue, however
@@ -33,9 +33,10 @@ QUEUE_SHARE = 0.1
 MIN_QUEUE = 2
 
 
-def full_batch(max_running: int) -> int:
-    """Requests a server should hold: every decode slot busy plus a small queue (10%, at least 2)."""
-    return max_running + max(MIN_QUEUE, int(max_running * QUEUE_SHARE))
+def full_batch(max_running: int, workers: int = 1) -> int:
+    """Requests a server should hold: every decode slot busy plus a small queue (10%, at least 2, and at least
+    workers - 1, so that workers growing one slot at a time still fill every slot; see target_capacity)."""
+    return max_running + max(MIN_QUEUE, int(max_running * QUEUE_SHARE), workers - 1)
 
 
 def target_capacity(
@@ -52,7 +53,7 @@ def target_capacity(
     if max_running <= 0:
         return capacity
     load = sum(int(r.get("num_running_reqs") or 0) + int(r.get("num_waiting_reqs") or 0) for r in ranks)
-    target = full_batch(max_running)
+    target = full_batch(max_running, workers)
     own = min(capacity, load) if inflight is None else inflight
     others = max(0, load - own)
     share = target - others  # what the server takes beyond the other clients' requests
@@ -60,7 +61,9 @@ def target_capacity(
         return max(1, share)
     # Grow by a share of the room: the server's figures lag what was just sent, and the other workers see the
     # same room (n workers growing together take at most n/(n+1) of it).
-    return capacity + max(1, (share - capacity) // (max(1, workers) + 1))
+    room, n = share - capacity, max(1, workers)
+    step = room // (n + 1) or (1 if room >= n else 0)  # +1 each only when n workers all taking it still fits
+    return capacity + step
 
 
 class Autosizer:

@@ -77,7 +77,7 @@ class Gate:
         self.pending.discard(ep.url)
         if ep.auto_capacity:
             advertised = (result.get("info") or {}).get("effective_max_running_requests")
-            total = full_batch(advertised) if advertised else AUTO_DEFAULT
+            total = full_batch(advertised, self.workers) if advertised else AUTO_DEFAULT
             ep.capacity = max(1, -(-total // self.workers))  # this worker's share until /v1/loads says more
             ep.capacity_source = f"server advertises {advertised}" if advertised else "default (server advertised none)"
         log.info(
