@@ -25,9 +25,9 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported on first use (a test resolves every one)
 _LAZY = {
-    "run": "run.runner",
-    "RunOptions": "run.runner",
-    "RunSummary": "run.runner",
+    "run": "engine.runner",
+    "RunOptions": "engine.runner",
+    "RunSummary": "engine.runner",
     "inspect_run": "inspection",
     "run_status": "inspection",
     "validate_run": "inspection",

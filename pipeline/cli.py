@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from .config import check_api_keys, load_config, with_endpoints
+from .engine.logs import configure as configure_logs
+from .engine.logs import json_configured
 from .errors import InputError, Interrupted, RegenError
-from .run.logs import configure as configure_logs
-from .run.logs import json_configured
 
 EPILOG = "Exit codes: 0 done, 1 problem found, 2 bad config or input, 3 no usable endpoint, 4 locked, 130 interrupted."
 
@@ -219,11 +219,11 @@ def _print_json(data: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     bar = not args.no_progress and sys.stderr.isatty()  # a bar's \r frames only on a terminal, never in a file
     configure_logs(args.log_format, args.log_level, progress_lines=not bar)
-    from .run.memory import tune_for_run
+    from .engine.memory import tune_for_run
 
     tune_for_run()
     from .dataset.audit import read_ids
-    from .run.runner import RunOptions, run, worker_from_env
+    from .engine.runner import RunOptions, run, worker_from_env
 
     overrides = list(args.set)
     if args.output:
@@ -244,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         input_path=args.input,
         only_ids=read_ids(args.only_ids) if args.only_ids else None,
     )
-    from .run.progress import Progress
+    from .engine.progress import Progress
 
     with Progress(enabled=bar) as progress:
         summary = run(cfg, options, on_progress=progress.update)

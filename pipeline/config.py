@@ -84,9 +84,9 @@ class ClientConfig:
     stream: bool = False
     stall_timeout_s: float = 120.0
     hang_floor_s: float = 600.0  # a request is hung (aborted, retried elsewhere) after max(hang_floor_s,
-    hang_slack: float = 3.0  # hang_slack * max_tokens / the endpoint's slow decode rate); see run/deadline.py
+    hang_slack: float = 3.0  # hang_slack * max_tokens / the endpoint's slow decode rate); see engine/deadline.py
     failure_window: int = 100  # the run stops (exit 3) when max_failure_share of the last failure_window requests
-    max_failure_share: float = 0.9  # failed for reasons that are not the prompts' (run/circuit.py)
+    max_failure_share: float = 0.9  # failed for reasons that are not the prompts' (engine/circuit.py)
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     drain_timeout_s: float = 30.0

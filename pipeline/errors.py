@@ -9,12 +9,12 @@
     ├── EndpointError               exit 3   no usable endpoint
     │   ├── PreflightError          exit 3   an endpoint is configured differently from [expect]
     │   ├── FatalEndpointError      exit 3   401/403/404-model: no retry will help
-    │   └── InfrastructureError     exit 3   most recent requests failed, not by the prompts' fault (run/circuit.py)
+    │   └── InfrastructureError     exit 3   most recent requests failed, not by the prompts' fault (engine/circuit.py)
     ├── RequestError                exit 1   one request failed (never escapes a run; decides retry)
     │   ├── PermanentRequestError            400: the prompt itself is at fault (context length, params)
     │   ├── RetryableRequestError            5xx, 503 queue full, timeouts, resets, invalid JSON
     │   ├── EndpointDownError                refused connection: the endpoint, not the prompt, is at fault
-    │   └── HungRequestError                 past its deadline on a live endpoint (run/deadline.py): aborted
+    │   └── HungRequestError                 past its deadline on a live endpoint (engine/deadline.py): aborted
     └── Interrupted                 exit 130 SIGINT/SIGTERM after a clean drain
 
 A bad completion is not an exception: it is data, a `Verdict` with a reason code.

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-from pipeline.run.memory import tune_for_run
+from pipeline.engine.memory import tune_for_run
 from pipeline.schema import reject_schema, shard_schema, to_table
 from pipeline.store import synthetic
 from pipeline.store.files import REJECTS, SHARDS, parquet_options

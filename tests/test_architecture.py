@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 import pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +30,8 @@ GRAPH = graph_tool.build_graph(ROOT / "pipeline")
 
 def test_the_graph_sees_the_whole_package() -> None:
     assert len(GRAPH.modules) > 50
-    assert "pipeline.run.runner" in GRAPH.modules
-    assert any(a.source == "pipeline.run.runner" and a.target == "pipeline.store" for a in GRAPH.arrows)
+    assert "pipeline.engine.runner" in GRAPH.modules
+    assert any(a.source == "pipeline.engine.runner" and a.target == "pipeline.store" for a in GRAPH.arrows)
 
 
 def test_no_import_circle() -> None:
@@ -112,13 +110,8 @@ def test_every_public_name_resolves() -> None:
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the subpackage pipeline/run/ shadows the public function pipeline.run once any pipeline.run.* module is"
-    " imported (the import system binds the subpackage as the attribute `run`); reported to the lead",
-)
 def test_pipeline_run_stays_the_function_after_the_engine_is_imported() -> None:
-    code = "import pipeline.run.runner, pipeline\nassert callable(pipeline.run), pipeline.run\n"
+    code = "import pipeline.engine.runner, pipeline\nassert callable(pipeline.run), pipeline.run\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
 

@@ -19,7 +19,7 @@ from tests.conftest import regen
 
 @pytest.fixture(autouse=True)
 def _import_hooks_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`regen run` in this process blocks pandas imports (run/memory.py); later tests here and elsewhere need it."""
+    """`regen run` in this process blocks pandas imports (engine/memory.py); later tests here and elsewhere need it."""
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
 
 

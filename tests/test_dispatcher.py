@@ -21,10 +21,10 @@ from pipeline.config import ClientConfig, Config, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.pool import DOWN, HEALTHY, RETIRED, EndpointState, Pool
 from pipeline.endpoints.retry import RetryPolicy
+from pipeline.engine.dispatcher import Dispatcher
+from pipeline.engine.metrics import Metrics
 from pipeline.errors import FatalEndpointError
 from pipeline.records import Prompt
-from pipeline.run.dispatcher import Dispatcher
-from pipeline.run.metrics import Metrics
 from pipeline.sim import SimConfig, prompt_key, serve
 from pipeline.sim.faults import FaultPlan
 

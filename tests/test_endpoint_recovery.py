@@ -21,10 +21,10 @@ from pipeline.config import ClientConfig, Config, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.health import HealthMonitor
 from pipeline.endpoints.pool import DOWN, EndpointState, Pool
+from pipeline.engine.dispatcher import Dispatcher
+from pipeline.engine.metrics import Metrics
 from pipeline.errors import EndpointError
 from pipeline.records import Prompt
-from pipeline.run.dispatcher import Dispatcher
-from pipeline.run.metrics import Metrics
 from pipeline.sim import SimConfig, serve
 
 MODEL = "Qwen3.6-27B"

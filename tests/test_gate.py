@@ -19,8 +19,8 @@ from pipeline.config import ClientConfig, Config, EndpointConfig, GenerationConf
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.health import HealthMonitor
 from pipeline.endpoints.pool import DOWN, HEALTHY, RETIRED, EndpointState, Pool
+from pipeline.engine.gate import Gate, capacity_of
 from pipeline.errors import PreflightError
-from pipeline.run.gate import Gate, capacity_of
 from pipeline.sim import SimConfig, serve
 
 MODEL = "Qwen3.6-27B"

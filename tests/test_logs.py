@@ -11,9 +11,9 @@ import httpx
 import orjson
 import pytest
 
-from pipeline.run.logs import Burst, ProgressLog, configure
-from pipeline.run.metrics import Metrics
-from pipeline.run.prometheus import Exporter
+from pipeline.engine.logs import Burst, ProgressLog, configure
+from pipeline.engine.metrics import Metrics
+from pipeline.engine.prometheus import Exporter
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 
-from pipeline.run.metrics import Metrics
-from pipeline.run.progress import Progress
-from pipeline.run.prometheus import Exporter
+from pipeline.engine.metrics import Metrics
+from pipeline.engine.progress import Progress
+from pipeline.engine.prometheus import Exporter
 
 
 def _metrics() -> Metrics:

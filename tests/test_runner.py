@@ -22,8 +22,8 @@ import orjson
 import pytest
 
 from pipeline.config import ClientConfig, Config, EndpointConfig, GenerationConfig, InputConfig, OutputConfig
+from pipeline.engine.runner import Runner, RunOptions
 from pipeline.errors import Interrupted
-from pipeline.run.runner import Runner, RunOptions
 from pipeline.sim import SimConfig, serve
 from tests.conftest import committed_ids
 

@@ -8,7 +8,7 @@ gives length distributions and a few examples per reason (seeded), and `--ids-ou
 
 One streaming pass: rows are read `batch_rows` at a time and only counters, fixed-size samples (lengths and
 examples) and the group table (at most MAX_GROUPS values) are kept, so memory does not grow with the row count.
-`audit_row` is also what `input.select = "invalid"` (run/reader.py) and the repaired export (dataset/repair.py) use,
+`audit_row` is also what `input.select = "invalid"` (engine/reader.py) and the repaired export (dataset/repair.py) use,
 so the three agree on which rows are broken.
 """
 

@@ -1,6 +1,6 @@
 """Hung requests at scaled time (issue 20, problem 2): a server that holds 5% of requests forever while /health
 stays 200 and every other request completes. Each is given up after a deadline derived from the endpoint's own
-decode rate (run/deadline.py), aborted on the server and retried, so the run ends in a bounded multiple of a run
+decode rate (engine/deadline.py), aborted on the server and retried, so the run ends in a bounded multiple of a run
 without hangs instead of waiting request_timeout_s for each."""
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ class Dispatcher:
                     raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
 
     async def watch_hangs(self) -> None:
-        """Give up requests past their deadline (run/deadline.py), re-evaluated as the endpoints' rates are learned:
+        """Give up requests past their deadline (engine/deadline.py), re-evaluated as the endpoints' rates are learned:
         a request sent before any rate was known is not held to request_timeout_s once one is."""
         every = min(1.0, self.cfg.client.hang_floor_s / 4)
         max_tokens = self.cfg.generation.max_tokens

@@ -1,5 +1,5 @@
 """Counters and rates of one run. No printing: the CLI draws them, the runner writes them to RUN_DIR/metrics/,
-and the Prometheus exporter serves them (pipeline/run/prometheus.py)."""
+and the Prometheus exporter serves them (pipeline/engine/prometheus.py)."""
 
 from __future__ import annotations
 
