@@ -255,3 +255,56 @@ def test_down_drops_an_open_stream() -> None:
             assert stats["cancelled"] == 1 and stats["in_flight"] == 0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "expected"),
+    [(0.0, False), (2.9, False), (3.0, True), (3.99, True), (4.0, False), (6.9, False), (7.5, True)],
+    ids=["open", "before", "starts", "inside", "ends", "between", "second"],
+)
+def test_503_bursts_are_the_last_seconds_of_each_period(elapsed: float, expected: bool) -> None:
+    from pipeline.sim.faults import in_burst
+
+    assert in_burst(elapsed, every_s=4.0, for_s=1.0) is expected
+    assert not in_burst(elapsed, every_s=0.0, for_s=1.0)
+
+
+def test_503_bursts_refuse_generations_while_health_stays_up() -> None:
+    async def main() -> None:
+        cfg = SimConfig.from_argv(["--fail-503-every", "0.4", "--fail-503-for", "0.2", "--mean-output-tokens", "20"])
+        assert (cfg.fail_503_every_s, cfg.fail_503_for_s) == (0.4, 0.2)
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url) as c:
+            statuses, healths = [], []
+            t0 = time.monotonic()
+            i = 0
+            while time.monotonic() - t0 < 1.0:
+                statuses.append((await c.post("/v1/chat/completions", json=_body(i))).status_code)
+                healths.append((await c.get("/health")).status_code)
+                i += 1
+                await asyncio.sleep(0.01)
+            stats = (await c.get("/_sim/stats")).json()
+        assert {200, 503} == set(statuses) and set(healths) == {200}
+        assert 0.25 < statuses.count(503) / len(statuses) < 0.75  # half of each 0.4 s period
+        assert stats["faults"]["burst_503"] == statuses.count(503) and stats["generations_total"] == statuses.count(200)
+
+    asyncio.run(main())
+
+
+def test_a_frozen_engine_makes_no_progress_while_stopped() -> None:
+    """SIGSTOP freezes a real server's decoding: when the finish timer fires far past its time, the engine credits
+    progress only up to the moment it was due, so a frozen batch does not complete all at once on waking."""
+    from pipeline.sim.engine import STALL_S, Engine
+
+    async def main() -> None:
+        now = [0.0]
+        engine = Engine(max_running=2, decode_tokens_per_s=200, batch_half=1, clock=lambda: now[0])
+        short, long = engine.submit(10), engine.submit(100)  # 100 tok/s each: due when `short` ends at 0.1 s
+        now[0] = 0.1 + STALL_S + 10.0  # the process was stopped for ten seconds
+        engine.abort(short)  # anything that advances the clock
+        assert 9 <= engine.progress(long) <= 10 and not long.done.done()  # its 0.1 s, not 10 s, of decoding
+        assert engine.stalled_s == pytest.approx(STALL_S + 10.0)
+        now[0] += 0.2  # running again, alone in the batch: 150 tok/s
+        assert 38 <= engine.progress(long) <= 40
+        engine.close()
+
+    asyncio.run(main())

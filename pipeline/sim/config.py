@@ -108,6 +108,8 @@ class SimConfig:
     trickle_s: float = 0.0  # streams send one delta every S seconds: slow but alive
     die_after: int | None = None  # stop serving after N generation responses
     fail_503_after: int | None = None  # after N generation responses, answer every one with 503 (/health stays 200)
+    fail_503_every_s: float = 0.0  # bursts: every S seconds after the port opens, 503 to everything for ...
+    fail_503_for_s: float = 1.0  # ... this long (/health stays 200); 0 every = off
     down_after: int | None = None  # after N generation responses, refuse connections for down_for_s, then recover
     down_for_s: float = 5.0
     host: str = "127.0.0.1"
@@ -251,6 +253,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after N generation responses, answer every generation request with 503 while /health stays 200",
     )
     f.add_argument(
+        "--fail-503-every",
+        type=_seconds,
+        metavar="S",
+        help="bursts of 503: in the last --fail-503-for seconds of every S-second period after the port opens, "
+        "answer every generation request with 503 while /health stays 200",
+    )
+    f.add_argument("--fail-503-for", type=_seconds, metavar="S", help="length of each 503 burst (default 1)")
+    f.add_argument(
         "--trickle-s",
         type=_seconds,
         metavar="S",
@@ -324,6 +334,8 @@ _NS_TO_FIELD = {
     "warmup": "warmup_s",
     "health_delay": "health_delay_s",
     "down_for": "down_for_s",
+    "fail_503_every": "fail_503_every_s",
+    "fail_503_for": "fail_503_for_s",
     **{flag[2:].replace("-", "_"): name for flag, name, _help in _FAULT_FLAGS},
 }
 

@@ -6,6 +6,8 @@ instantly), holding its slot but not decoding meanwhile. Every decoding request 
 `per_request_rate(batch)` tokens/s, a speed that falls as the batch grows; at a full batch the aggregate is exactly
 `decode_tokens_per_s`. The engine has no task of its own: it advances its clock whenever something changes (an
 arrival, an abort, the next finish, which a single `call_later` timer wakes it for), so an idle simulator costs nothing.
+When that timer fires more than `STALL_S` late the process was stopped (SIGSTOP) or starved: like a frozen GPU
+server, nothing decoded after the moment it was due, so a frozen simulator does not finish its batch on waking.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+
+STALL_S = 0.5  # a timer this late means the process did not run: no decode progress past its due time
 
 
 class QueueFull(Exception):
@@ -62,6 +66,8 @@ class Engine:
         self._last = clock()
         self._rate = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._due: float | None = None  # when the timer should fire
+        self.stalled_s = 0.0  # time the process did not run (frozen), credited no progress
         self.tokens_total = 0
         self.prefill_tokens_total = 0
 
@@ -104,9 +110,10 @@ class Engine:
 
     def abort(self, job: Job) -> None:
         """Stop `job` where it is (client gone, or /abort_request); resolves its future."""
-        if job.state == "done":
-            return
         self._advance()
+        if job.state == "done":  # also one that finished just now, in the advance
+            self._step()
+            return
         job.aborted = True
         if job.state == "running":
             self._running.remove(job)
@@ -131,6 +138,10 @@ class Engine:
     # -- the model -------------------------------------------------------------------------------------------
     def _advance(self) -> None:
         now = self._clock()
+        if self._due is not None and now - self._due > STALL_S:
+            self.stalled_s += now - self._due
+            self._last += now - self._due  # progress only up to the moment the timer was due
+            self._due = now
         elapsed = now - self._last
         self._last = now
         if elapsed <= 0:
@@ -189,11 +200,14 @@ class Engine:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._due = None
         delays = [self._prefilling[0].prefill / self.prefill_rate] if self._prefilling else []
         if self._running:
             delays.append(min(job.tokens - job.generated for job in self._running) / self._rate)
         if delays:
-            self._timer = asyncio.get_running_loop().call_later(max(0.0, min(delays)), self._on_timer)
+            delay = max(0.0, min(delays))
+            self._due = now + delay
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

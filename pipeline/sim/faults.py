@@ -60,3 +60,13 @@ class FaultPlan:
             if u < edge:
                 return kind
         return None
+
+
+def in_burst(elapsed_s: float, every_s: float, for_s: float) -> bool:
+    """Whether a server that opened its port `elapsed_s` ago is inside a 503 burst: the last `for_s` seconds of
+    every `every_s`-second period (so the first burst starts `every_s - for_s` after the port opens). Bursts are
+    the one time-driven fault: an overloaded or briefly wedged server refuses everything for a while, whatever the
+    prompts."""
+    if every_s <= 0 or for_s <= 0:
+        return False
+    return elapsed_s % every_s >= every_s - min(for_s, every_s)

@@ -164,6 +164,9 @@ async def _generate(
     broken = sim.config.fail_503_after
     if broken is not None and sim.stats.responses >= broken:
         fault = "503"
+    elif sim.in_503_burst():
+        fault = "503"
+        sim.stats.faults["burst_503"] += 1
     if fault is not None:
         sim.stats.faults[fault] += 1
         _fault_error(sim, fault)

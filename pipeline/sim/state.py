@@ -27,7 +27,7 @@ from .args import (
 )
 from .config import SimConfig
 from .engine import Engine, Job
-from .faults import FaultPlan
+from .faults import FaultPlan, in_burst
 from .prefix_cache import PrefixCache
 from .sglang_flags import flags_of
 from .stats import Stats
@@ -122,6 +122,13 @@ class Sim:
         if self.draining or self.dead or self.listening_at is None:
             return False
         return time.monotonic() >= self.listening_at + self.config.warmup_s
+
+    def in_503_burst(self) -> bool:
+        """`--fail-503-every`: whether generation requests are refused with 503 right now."""
+        opened = self.listening_at
+        if opened is None or self.config.fail_503_every_s <= 0:
+            return False
+        return in_burst(time.monotonic() - opened, self.config.fail_503_every_s, self.config.fail_503_for_s)
 
     @property
     def counts_exactly(self) -> bool:
