@@ -14,6 +14,7 @@ import pytest
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig
 from pipeline.engine.reader import SAMPLE_TEMPERATURE, PromptReader
+from pipeline.errors import InputError
 from pipeline.records import BadInput, Prompt
 
 U1, U2 = {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}
@@ -127,3 +128,27 @@ def test_samples_give_one_prompt_per_sample_with_its_temperature(tmp_path: Path)
     assert all(isinstance(i, BadInput) for i in items[3:])
     reader = PromptReader(InputConfig(path=str(path)), generation=gen)
     assert [i for ids in reader.scan_ids() for i in ids] == [i.id for i in items]  # resume sees the same ids
+
+
+def test_a_dataset_named_as_on_the_hub_is_read_from_the_local_cache(tmp_path: Path, monkeypatch) -> None:
+    """`input.path = "org/name[:split]"`: the snapshot of refs/main in the Hugging Face cache, as the Hub lays a
+    dataset out (blobs behind symlinks, data/<split>-*.parquet), streamed like a local file."""
+    repo = tmp_path / "hub" / "datasets--acme--chats"
+    blobs, snapshot = repo / "blobs", repo / "snapshots" / "abc123" / "data"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    turn = pa.struct([("from", pa.string()), ("value", pa.string())])
+    for split, n in (("train", 3), ("test", 2)):
+        rows = [[{"from": "human", "value": f"{split} q{i}"}, {"from": "gpt", "value": ""}] for i in range(n)]
+        table = pa.table({"id": [f"{split}-{i}" for i in range(n)], "conversations": pa.array(rows, pa.list_(turn))})
+        pq.write_table(table, blobs / f"blob-{split}")
+        (snapshot / f"{split}-00000-of-00001.parquet").symlink_to(blobs / f"blob-{split}")
+    (repo / "snapshots" / "abc123" / "README.md").write_text("# card")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    assert [p.id for p in _read(Path("acme/chats"))] == ["train-0", "train-1", "train-2"]
+    assert [p.id for p in _read(Path("acme/chats:test"))] == ["test-0", "test-1"]
+    with pytest.raises(InputError, match="neither a path nor a dataset in the local Hugging Face cache"):
+        _read(Path("acme/other"))

@@ -9,6 +9,11 @@ An `input.path` in object storage (`s3://bucket/data/*.jsonl`, a folder, one fil
 scheme fsspec knows, with its package installed) is copied once into the user's cache (`~/.cache/regen/inputs/`,
 fetched again when a file's size changes) and read from there like a local path. S3 credentials and endpoint come
 from the environment (`AWS_*`, `AWS_ENDPOINT_URL`), as for output.
+
+A dataset may also be named as on the Hugging Face Hub, `org/name` or `org/name:split` (default `train`), when it
+is in the local Hugging Face cache (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`, as
+`huggingface_hub` keeps it): its snapshot of `refs/main` is read as the Hub lays datasets out (`data/<split>-*.parquet`
+or `.jsonl`, or files named after the split), streamed like any other file, never loaded whole.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +65,9 @@ Row = tuple[int, Any]  # (row number, parsed object or Broken)
 def resolve(pattern: str, fmt: str) -> dict[Path, str]:
     """Input files and the reader kind of each (jsonl, parquet, arrow), in reading order."""
     text = uri_text(pattern)
+    cached = hub_cached(pattern) if text is None else None
+    if cached is not None:
+        return cached
     pattern = local_path(pattern) if text is None else fetch_remote(text)
     named = not glob.has_magic(pattern)  # a file named on its own must be readable; glob matches may be skipped
     if not named:
@@ -78,6 +87,40 @@ def resolve(pattern: str, fmt: str) -> dict[Path, str]:
     if not kinds:
         raise InputError(f"{pattern}: no .jsonl, .parquet or .arrow files match")
     return kinds
+
+
+_HUB_NAME = re.compile(r"^([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)(?::([\w.-]+))?$")
+
+
+def hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub"
+
+
+def hub_cached(name: str) -> dict[Path, str] | None:
+    """The files of dataset `org/name[:split]` in the local Hugging Face cache; None when `name` is a path that
+    exists or does not look like a dataset name. InputError when it names a dataset the cache lacks."""
+    match = _HUB_NAME.match(name)
+    if match is None or Path(name.split(":")[0]).exists():
+        return None
+    org, dataset, split = match[1], match[2], match[3] or "train"
+    repo = hub_cache() / f"datasets--{org}--{dataset}"
+    if not repo.is_dir():
+        raise InputError(f"{name}: neither a path nor a dataset in the local Hugging Face cache ({repo} is missing)")
+    ref = repo / "refs" / "main"
+    snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
+    snapshots = [s for s in snapshots if s.is_dir()] or sorted(
+        (p for p in (repo / "snapshots").glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime
+    )
+    if not snapshots:
+        raise InputError(f"{name}: the Hugging Face cache has no snapshot of it ({repo / 'snapshots'})")
+    files = [p for p in sorted(snapshots[-1].rglob("*")) if p.is_file() and _kind(p, "auto", named=False)]
+    files = [p for p in files if _kind(p, "auto", named=False) != "json" or _is_json_array(p)]
+    chosen = [p for p in files if p.name.startswith(f"{split}-") or p.stem == split or p.parent.name == split]
+    if not chosen:
+        raise InputError(f"{name}: no {split!r} split in {snapshots[-1]} ({len(files)} data files)")
+    return {p: _kind(p, "auto", named=False) for p in chosen}
 
 
 def _kind(path: Path, fmt: str, *, named: bool) -> str:
