@@ -178,3 +178,16 @@ def test_skip_preflight_admits_everything_without_a_request() -> None:
                 assert (await stats(drifted))["requests"] == 0
 
     asyncio.run(scenario())
+
+
+def test_an_admitted_endpoint_splits_reasoning_as_its_sglang_release_would() -> None:
+    """Issue 19: without a reasoning parser regen splits raw text itself, following the qwen3 parser of the
+    server's release; the release is the one preflight read from /server_info."""
+
+    async def scenario() -> None:
+        async with serve(sim_config(version="0.5.9")) as old, serve(sim_config()) as new:
+            async with gated(make_config([old, new])) as (gate, pool):
+                await gate.admit_all()
+                assert [ep.client.server_version for ep in pool.endpoints] == ["0.5.9", "0.5.23"]
+
+    asyncio.run(scenario())

@@ -74,6 +74,7 @@ class EndpointClient:
     ):
         self.url = url.rstrip("/")
         self.honor_overrides = honor_overrides
+        self.server_version: str | None = None  # SGLang's, once preflight read it: the parser-off split follows it
         self.gen = gen
         self.cfg = client
         self.concurrency = concurrency  # the configured value, for reports; the pool enforces capacity
@@ -196,7 +197,9 @@ class EndpointClient:
 
     def _completion(self, parsed: dict[str, Any], seed: int, latency: float) -> Completion:
         usage = parsed["usage"]
-        reasoning, answer = split_reasoning(parsed["content"], parsed["reasoning"], self.gen.thinking)
+        reasoning, answer = split_reasoning(
+            parsed["content"], parsed["reasoning"], self.gen.thinking, self.server_version
+        )
         rt = usage.get("reasoning_tokens")
         if rt is None:
             rt = ((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) or None

@@ -75,6 +75,7 @@ class Gate:
 
     async def _admitted(self, ep: EndpointState, result: dict[str, Any]) -> None:
         self.pending.discard(ep.url)
+        ep.client.server_version = (result.get("info") or {}).get("version")
         if ep.auto_capacity:
             advertised = (result.get("info") or {}).get("effective_max_running_requests")
             total = full_batch(advertised, self.workers) if advertised else AUTO_DEFAULT
