@@ -76,7 +76,9 @@ def judge_reach(got: Observed, spec: EndpointConfig) -> list[dict[str, Any]]:
             )
         ]
     if got.reach != "open":
-        return [make_check("reachable", None, "open", got.reach, False, "network problem or server hung")]
+        dns = "resolve" in got.reach  # preflight says "cannot resolve host ..." for a DNS failure
+        hint = "check the host name in the endpoint URL" if dns else "network problem or server hung"
+        return [make_check("reachable", None, "open", got.reach, False, hint)]
     checks = [make_check("reachable", None, "open", "open", True)]
     if got.auth_status in (401, 403):
         env = spec.api_key_env
