@@ -19,6 +19,11 @@ bad disk or a half-copied file would; the next run must set each aside into RUN_
 rows), and `--hang P` makes the simulator hold a share P of requests forever while /health stays 200 (each must be
 given up at its deadline, aborted and retried; the config scales `client.hang_floor_s` down to 1 s).
 
+`--s3` runs the same against a bucket on a local S3 server (moto, from the dev extra): `output.dir` is
+`s3://regen-chaos/run`, the workers write their node-local working copies and commit through the bucket's commit
+log, and the final check reads a fresh copy pulled from the bucket, so a part that is uploaded but not committed
+(half-visible) would show as a duplicate or an unexpected file.
+
 Wasted work is measured, not inferred: the simulator counts every generation that ran to its end, and every final
 row records the attempts it took, so `generations_total - sum(attempts)` is what the kills threw away. The bound it
 is checked against, per kill, is the requests in flight (`concurrency` per worker) plus `sync_interval_s` of
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import re
@@ -79,14 +85,16 @@ def start_sim(args: list[str]) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-def write_inputs(work: Path, n: int, url: str, sync_s: float, shard_rows: int, hang: bool = False) -> Path:
+def write_inputs(
+    work: Path, n: int, url: str, sync_s: float, shard_rows: int, hang: bool = False, output: str = ""
+) -> Path:
     with open(work / "prompts.jsonl", "wb") as fh:
         for i in range(n):
             fh.write(orjson.dumps({"id": f"c{i:06d}", "prompt": f"Chaos prompt {i}: count to {i % 17}."}) + b"\n")
     cfg = work / "chaos.toml"
     cfg.write_text(
         f'[input]\npath = "{work / "prompts.jsonl"}"\n'
-        f'[output]\ndir = "{work / "run"}"\nshard_rows = {shard_rows}\n'
+        f'[output]\ndir = "{output or work / "run"}"\nshard_rows = {shard_rows}\n'
         f"row_group_rows = 16\nsync_interval_s = {sync_s}\n"
         '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 2048\n'
         "[client]\nbackoff_base_s = 0.01\nbackoff_max_s = 0.1\ndrain_timeout_s = 5\n"
@@ -104,7 +112,7 @@ def run_argv(cfg: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress", *extra]
 
 
-def one_round(cfg: Path, url: str, rnd: Round, target: int, rng: random.Random) -> None:
+def one_round(cfg: Path, url: str, rnd: Round, target: int, rng: random.Random, run_dir: Path) -> None:
     """Start the round's workers, signal them once `target` more completions are done (or early), reap them."""
     procs = [
         subprocess.Popen(
@@ -124,7 +132,7 @@ def one_round(cfg: Path, url: str, rnd: Round, target: int, rng: random.Random) 
         now, first = _wait_for(url, procs, start, target)
         rnd.seconds = time.monotonic() - first
         if rnd.aim_commit:
-            _wait_for_commit(cfg.parent / "run", procs)
+            _wait_for_commit(run_dir, procs)
     rnd.in_flight = now["in_flight"]
     rnd.landed = any(p.poll() is None for p in procs)
     for proc in procs:
@@ -214,6 +222,42 @@ def plan_round(rng: random.Random, k: int, max_workers: int, small: int, normal:
     )
 
 
+def start_s3(work: Path) -> Any:
+    """A local S3 server (moto) with the bucket `regen-chaos`; the environment of this process and of every
+    `regen run` it starts points at it, and the user's cache (the working copies) is under `work`."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per S3 request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+        AWS_ACCESS_KEY_ID="chaos",
+        AWS_SECRET_ACCESS_KEY="chaos-secret",
+        AWS_DEFAULT_REGION="us-east-1",
+        XDG_CACHE_HOME=str(work / "cache"),
+    )
+    boto3.client("s3").create_bucket(Bucket="regen-chaos")
+    return server
+
+
+def working_copy_of(output: str) -> Path:
+    from pipeline.store.objects import parse_uri
+    from pipeline.store.remote import working_copy
+
+    return working_copy(parse_uri(output))
+
+
+def fresh_copy(work: Path, output: str) -> Path:
+    """The run as the bucket holds it, pulled into a new cache (another node's view)."""
+    from pipeline.store.remote import local_copy
+
+    os.environ["XDG_CACHE_HOME"] = str(work / "verify-cache")
+    return local_copy(output)
+
+
 def damage_one(run_dir: Path, rng: random.Random) -> int:
     """Truncate a random committed shard part to half its size; returns the rows it held (0 if none)."""
     parts = sorted((run_dir / "shards").glob("part-*.parquet"))
@@ -235,34 +279,39 @@ def chaos(
     small_shard_rows: int,
     damage: int = 0,
     hang: float = 0.0,
+    s3: bool = False,
 ) -> dict[str, Any]:
     """Run the rounds and the final run in a fresh temp dir; return `report()`'s figures."""
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="regen-chaos-"))
+    bucket = start_s3(work) if s3 else None
+    output = "s3://regen-chaos/run" if s3 else ""
+    run_dir = working_copy_of(output) if s3 else work / "run"
     faults = ["--fail-hang", str(hang)] if hang else []
     sim, url = start_sim([*SIM_FLAGS, "--decode-rate", str(decode_rate), "--max-running-requests", "64", *faults])
     damaged: list[int] = []
     try:
         normal = max(20, prompts // 12)
-        cfg = write_inputs(work, prompts, url, sync_s, shard_rows=normal, hang=bool(hang))
+        cfg = write_inputs(work, prompts, url, sync_s, shard_rows=normal, hang=bool(hang), output=output)
         rounds = []
         windows: set[tuple[int, int]] = set()
         for k in range(kills):
             rnd = plan_round(rng, k, max_workers, small_shard_rows, normal)
             remaining = prompts - sim_stats(url)["generations_total"]
             target = max(1, int(rng.uniform(0.3, 1.2) * remaining / (kills - k + 1)))
-            one_round(cfg, url, rnd, target, rng)
-            found = in_commit_window(work / "run")
+            one_round(cfg, url, rnd, target, rng, run_dir)
+            found = in_commit_window(run_dir)
             rnd.commit_window = bool(found - windows)  # a round that never started leaves the last one's state
             windows = found
             rounds.append(rnd)
             if len(damaged) < damage and k % 2 == 1:  # between rounds: no writer is live
-                damaged += [n] if (n := damage_one(work / "run", rng)) else []
+                damaged += [n] if (n := damage_one(run_dir, rng)) else []
         started = time.monotonic()
         final = subprocess.run(run_argv(cfg), cwd=ROOT, capture_output=True, text=True, timeout=900)
         final_s = time.monotonic() - started
-        result = report(work, prompts, rounds, final, final_s, sim_stats(url), sync_s, sum(damaged))
-        set_aside = work / "run" / "damaged"
+        checked = fresh_copy(work, output) if s3 else run_dir  # what the bucket holds, not this node's copy
+        result = report(checked, prompts, rounds, final, final_s, sim_stats(url), sync_s, sum(damaged))
+        set_aside = run_dir / "damaged"
         result.update(
             damaged_parts=len(damaged),
             damaged_rows=sum(damaged),
@@ -273,10 +322,12 @@ def chaos(
     finally:
         sim.send_signal(signal.SIGKILL)
         sim.wait()
+        if bucket is not None:
+            bucket.stop()
 
 
 def report(
-    work: Path,
+    run_dir: Path,
     prompts: int,
     rounds: list[Round],
     final: subprocess.CompletedProcess[str],
@@ -285,7 +336,7 @@ def report(
     sync_s: float,
     regenerated: int = 0,
 ) -> dict[str, Any]:
-    result = check(work / "run", prompts)
+    result = check(run_dir, prompts)
     timed = [r for r in rounds if r.seconds > 0.2]
     rate = sum(r.generated for r in timed) / sum(r.seconds for r in timed) if timed else 0.0
     bound = sum(r.workers * CONCURRENCY + rate * sync_s for r in rounds) + regenerated
@@ -312,7 +363,7 @@ def report(
         wasted_bound=round(bound, 1),
         wasted_bound_per_kill=round(bound / max(1, kills), 1),
         rounds=[r.__dict__ for r in rounds],
-        work_dir=str(work),
+        work_dir=str(run_dir),
     )
     return result
 
@@ -339,6 +390,7 @@ def main() -> int:
     ap.add_argument("--small-shard-rows", type=int, default=4, help="shard_rows of every other round")
     ap.add_argument("--damage", type=int, default=0, help="committed parts to truncate between rounds")
     ap.add_argument("--hang", type=float, default=0.0, help="share of requests the simulator holds forever")
+    ap.add_argument("--s3", action="store_true", help="run in a bucket on a local S3 server (moto)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     result = chaos(
@@ -351,6 +403,7 @@ def main() -> int:
         args.small_shard_rows,
         args.damage,
         args.hang,
+        args.s3,
     )
     print(json.dumps(result, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0 if ok(result) else 1
