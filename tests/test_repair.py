@@ -11,8 +11,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from pipeline.config import Config, InputConfig
+from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
 from pipeline.dataset.repair import ROWS, export_repaired
 from pipeline.dataset.stored import content_id
 from pipeline.errors import ConfigError, RegenError
@@ -40,7 +41,10 @@ def _run(tmp_path: Path, original: Path, accepted: dict[str, list[tuple[str | No
     (run / "rejects").mkdir()
     cfg = Config(input=InputConfig(path=str(original), **input_kw))
     (run / "run.json").write_bytes(orjson.dumps({"config": cfg.to_dict()}))
-    turns = [{"id": i, "turns": [{"reasoning": r, "answer": a} for r, a in t]} for i, t in accepted.items()]
+    turns = [
+        {"id": i, "turns": [{"reasoning": r, "answer": a, "endpoint": "sim"} for r, a in t]}
+        for i, t in accepted.items()
+    ]
     pq.write_table(pa.Table.from_pylist(turns), run / "shards" / "part-0.parquet")
     pq.write_table(
         pa.table({"id": rejected, "reason": ["empty_answer"] * len(rejected)}), run / "rejects" / "r.parquet"
@@ -140,7 +144,9 @@ def test_a_failed_export_leaves_the_previous_output_and_a_rerun_completes(tmp_pa
     assert (out / "a.jsonl").read_bytes() == before and not (out / "b.jsonl").exists()
     (folder / "c.jsonl.gz").unlink()
     report = export_repaired(run, original=None, out=out)
-    assert sorted(p.name for p in out.iterdir()) == sorted(["a.jsonl", "b.jsonl", ROWS, "repair-report.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["a.jsonl", "b.jsonl", ROWS, "repair-report.json", "README.md"]
+    )
     assert report["files"] == ["a.jsonl", "b.jsonl"]
 
 
@@ -156,3 +162,26 @@ def test_the_output_never_overwrites_the_original(tmp_path: Path) -> None:
     (run / "run.json").write_bytes(orjson.dumps({"config": samples.to_dict()}))
     with pytest.raises(ConfigError, match="samples"):
         export_repaired(run, original=None, out=tmp_path / "out")
+
+
+def test_the_card_counts_each_fate_by_reason_and_names_no_endpoint(tmp_path: Path) -> None:
+    original = tmp_path / "data.jsonl"
+    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
+    run = _run(tmp_path, original, ACCEPTED, ["again"])
+    cfg = Config(
+        input=InputConfig(path=str(original)),
+        endpoints=(EndpointConfig(url="http://gpu-node-7.internal:30000"),),
+        export=ExportConfig(license="apache-2.0", language=("en",)),
+    )
+    (run / "run.json").write_bytes(orjson.dumps({"config": cfg.to_dict()}))
+    export_repaired(run, original=None, out=tmp_path / "out", on_reject="drop")
+    card = (tmp_path / "out" / "README.md").read_text()
+    head = yaml.safe_load(card.split("---\n")[1])
+    assert head["license"] == "apache-2.0" and head["language"] == ["en"]
+    assert head["configs"][0]["data_files"][0]["path"] == ["data.jsonl"]
+    assert "gpu-node-7" not in card and "30000" not in card
+    lines = ["| rows audited | 7 |", "| failing the audit | 6 |", "| regenerated | 5 |", "| left as it was | 2 |",
+             "| repaired (new turns) | 4 |", "| regenerated, rejected again, left out | 1 |",
+             "| `empty_response` | 5 | 4 | 3 | 0 | 1 | 1 |", "| `ok` | 1 | 0 |"]  # fmt: skip
+    assert all(line in card for line in lines), card
+    assert not list((tmp_path / "out").glob(".*"))  # written hidden, renamed with the rest

@@ -309,6 +309,24 @@ def _reproduce_section(manifest: dict[str, Any]) -> str:
     return text
 
 
+# ---------------------------------------------------------------- hooks for the repaired export's card
+
+
+def markdown_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    """A Markdown table, cells escaped (dataset/repair.py writes its counts with it)."""
+    return _table(header, rows)
+
+
+def generation_section(manifest: dict[str, Any]) -> str:
+    """`## Generation`: model, sampling and validators from run.json's config."""
+    return _generation_section(manifest)
+
+
+def publisher_note(opts: CardOptions) -> str:
+    """The note asking for a license and language, or "" when both are stated."""
+    return _publisher_note(opts)
+
+
 # ---------------------------------------------------------------- files
 
 

@@ -42,7 +42,9 @@ from ..errors import ConfigError, InputError, OutputError
 from ..store.files import readable_parts
 from ..store.manifest import read_manifest
 from .audit import AuditOptions, audit_row
+from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
 from .input_files import Broken, json_array_rows, labels, resolve
+from .redact import Hosts
 from .stored import INLINE, REASONING_FIELDS, content_id, given_id, split_message, with_system
 
 ON_REJECT = ("keep", "drop")
@@ -76,9 +78,11 @@ def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _WRITERS[kind](repair, path, tmp)
             written.append((tmp, target))
-    for tmp, target in [*written, (out / f".{ROWS}{_TMP}", out / ROWS)]:
-        os.replace(tmp, target)
     report = repair.report(run_dir, kinds, out, [str(t.relative_to(out)) for _, t in written])
+    card = out / f".{CARD}{_TMP}"
+    card.write_text(_card(run_dir, report, set(kinds.values())), encoding="utf-8")
+    for tmp, target in [*written, (out / f".{ROWS}{_TMP}", out / ROWS), (card, out / CARD)]:
+        os.replace(tmp, target)
     tmp = out / f".{REPORT}{_TMP}"
     tmp.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     os.replace(tmp, out / REPORT)
@@ -235,6 +239,56 @@ class _Repair:
             "by_reason": {reason: dict(fates) for reason, fates in sorted(self.by_reason.items())},
             "listed": ROWS,
         }
+
+
+# ---------------------------------------------------------------- the dataset card
+
+_FATES = (
+    ("repaired", "repaired (new turns)"),
+    ("rejected_kept", "regenerated, rejected again, kept as it was"),
+    ("dropped", "regenerated, rejected again, left out"),
+    ("left", "left as it was"),
+)
+
+
+def _card(run_dir: Path, report: dict[str, Any], kinds: set[str]) -> str:
+    """README.md: the card's front matter (license and language from `[export]`) and the repair's counts by audit
+    reason; no endpoint URL or host (the run's addresses are scrubbed from the whole text)."""
+    manifest = read_manifest(run_dir) or {}
+    opts = CardOptions().resolved(manifest)
+    rows = report["rows"] - report["dropped"]
+    # `configs` only when every file has one format: `datasets` loads one builder per config.
+    files = {"train": report["files"]} if len(kinds) == 1 else {}
+    head = front_matter({"data_files": files, "rows": rows, "format": "repaired"}, manifest, None, opts)
+    c = report
+    counts = [
+        ("rows audited", c["rows"]),
+        ("failing the audit", c["audited_failing"]),
+        ("regenerated", c["regenerated"]),
+        *((label, c[fate]) for fate, label in _FATES),
+    ]
+    by_reason = [
+        (f"`{reason}`", sum(f.values()), sum(f.get(k, 0) for k in ("repaired", "rejected_kept", "dropped")),
+         *(f.get(fate, 0) for fate, _ in _FATES))
+        for reason, f in c["by_reason"].items()
+    ]  # fmt: skip
+    body = [
+        "# Repaired dataset (regen)\n",
+        f"The original dataset written back whole by `regen export --format repaired`: {rows} rows in "
+        f"{len(c['files'])} files, in the original order and format. Every row was audited with the validators of "
+        "`regen run`; the rows the run regenerated and accepted carry the new assistant turns, every other row is "
+        f"the original.\n",
+        publisher_note(opts),
+        "## Repair\n\n" + markdown_table(("rows", "count"), counts),
+        "## By audit reason\n\nThe reasons of each original row (a row failing for two counts under both; `ok`: it "
+        "passes the audit).\n\n"
+        + markdown_table(("reason", "rows", "regenerated", *(label for _, label in _FATES)), by_reason)
+        + f"\n`{ROWS}` lists the rows rejected again and the failing rows not regenerated; `{REPORT}` has these "
+        "counts as JSON.\n",
+        generation_section(manifest),
+    ]
+    text = "---\n" + head + "---\n\n" + "\n".join(part for part in body if part)
+    return Hosts.of_run(run_dir, manifest).scrub(text)
 
 
 def _new_message(last: Any) -> dict[str, Any]:
