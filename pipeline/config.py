@@ -38,6 +38,7 @@ class InputConfig:
     request_overrides: bool = False  # openai-batch: let each request body's sampling fields override [generation]
     batch_rows: int = 1024
     select: str = "all"  # "invalid": only rows whose stored assistant turns fail the validators (regen audit)
+    repair: str = "conversation"  # "from_first_bad_turn": keep a row's turns before its first failing one as given
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ def _positive(v: Any) -> bool:
 _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("input.batch_rows", _at_least(1), "at least 1"),
     ("input.select", lambda v: v in ("all", "invalid"), "'all' or 'invalid'"),
+    ("input.repair", lambda v: v in ("conversation", "from_first_bad_turn"), "'conversation' or 'from_first_bad_turn'"),
     ("output.shard_rows", _at_least(1), "at least 1"),
     ("output.row_group_rows", _at_least(1), "at least 1"),
     ("output.sync_interval_s", _positive, "positive"),

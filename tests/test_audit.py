@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import conversation
 from pipeline.cli import main
 from pipeline.config import ValidateConfig
-from pipeline.dataset.audit import AuditOptions, audit_dataset, audit_row, read_ids
+from pipeline.dataset.audit import AuditOptions, audit_dataset, audit_row, read_ids, regenerated_positions
 from pipeline.dataset.stored import split_inline, split_message
 
 SOURCES = ("forum", "support", "tutoring")
@@ -178,3 +179,37 @@ def test_split_message_prefers_a_reasoning_field() -> None:
     assert split_message({"thinking": "t"}, "a") == ("t", "a", False, "thinking")
     assert split_message({"reasoning_content": None}, "<think>r</think>a") == ("r", "a", False, "inline")
     assert split_message({"reasoning_content": None}, "a") == (None, "a", False, "reasoning_content")
+
+
+def _conv(*turns: str, system: bool = False, trailing: bool = False) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}] if system else []
+    for k, kind in enumerate(turns):
+        out += [{"role": "user", "content": f"Q{k}?"}, _turn(kind, k)]
+    return out + ([{"role": "user", "content": "And?"}] if trailing else [])
+
+
+@pytest.mark.parametrize(
+    ("turns", "trailing", "repair", "mode", "expected"),
+    [
+        (("clean", "empty", "clean"), False, "from_first_bad_turn", "all", (3, 5)),
+        (("clean", "empty", "clean"), False, "conversation", "all", (1, 3, 5)),
+        (("truncated", "clean"), False, "from_first_bad_turn", "all", (1, 3)),
+        (("clean", "clean"), True, "from_first_bad_turn", "all", (5,)),  # only the missing answer
+        (("clean", "marker", "clean"), False, "from_first_bad_turn", "last", (5,)),
+        (("clean", "clean"), False, "from_first_bad_turn", "all", (1, 3)),  # nothing fails: the whole row
+    ],
+    ids=["middle-turn", "conversation", "first-turn", "missing-answer", "turns-last", "clean-row"],
+)
+@pytest.mark.parametrize("system", [False, True], ids=["no-system", "system"])
+def test_regenerated_positions_start_at_the_first_failing_turn(
+    turns: tuple[str, ...], trailing: bool, repair: str, mode: str, expected: tuple[int, ...], system: bool
+) -> None:
+    raw = _conv(*turns, system=system, trailing=trailing)
+    verdict = audit_row({"messages": raw}, AuditOptions())
+    messages = conversation.parse(raw, "messages")
+    shift = 1 if system else 0
+    assert regenerated_positions(messages, mode, repair, verdict) == tuple(p + shift for p in expected)
+    # the reader's messages may carry `input.system_prompt` first: the same turns, one position later
+    if not system:
+        with_prompt = ({"role": "system", "content": "S"}, *messages)
+        assert regenerated_positions(with_prompt, mode, repair, verdict) == tuple(p + 1 for p in expected)

@@ -185,3 +185,19 @@ def test_the_card_counts_each_fate_by_reason_and_names_no_endpoint(tmp_path: Pat
              "| `empty_response` | 5 | 4 | 3 | 0 | 1 | 1 |", "| `ok` | 1 | 0 |"]  # fmt: skip
     assert all(line in card for line in lines), card
     assert not list((tmp_path / "out").glob(".*"))  # written hidden, renamed with the rest
+
+
+def test_from_first_bad_turn_puts_the_new_turns_after_the_kept_ones(tmp_path: Path) -> None:
+    def turn(answer: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": answer, "reasoning_content": "r" if answer else ""}
+
+    messages = [Q, turn("one"), Q, turn(""), Q, turn("three"), Q]  # turn 2 empty, the last answer missing
+    original = tmp_path / "data.jsonl"
+    original.write_bytes(orjson.dumps({"id": "row", "messages": messages}) + b"\n")
+    new = [("r2", "two"), ("r3", "three again"), ("r4", "four")]
+    run = _run(tmp_path, original, {"row": new}, [], repair="from_first_bad_turn")
+    report = export_repaired(run, original=None, out=tmp_path / "out")
+    out = _written(tmp_path / "out" / "data.jsonl")[0]["messages"]
+    assert report["repaired"] == 1 and out[:3] == messages[:3]
+    assert [(m.get("reasoning_content"), m["content"]) for m in out[3::2]] == new
+    assert len(out) == 8

@@ -19,6 +19,7 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -111,6 +112,23 @@ def audit_row(data: Any, opts: AuditOptions) -> RowAudit:
     except conversation.ConversationError as exc:
         return RowAudit(bad=str(exc))
     return RowAudit(tuple((turn, _judge(turn, opts)) for turn in turns))
+
+
+def regenerated_positions(
+    messages: Sequence[conversation.Message], turns: str, repair: str, verdict: RowAudit
+) -> tuple[int, ...]:
+    """Where the assistant turns to generate sit in `messages` (a row's conversation, with or without a system
+    prompt put first): `conversation.turn_positions` for `generation.turns`, and with `repair =
+    "from_first_bad_turn"` only those from the row's first failing turn on (`verdict` is its `audit_row`), the
+    turns before it kept as given. A row with no failing turn is regenerated whole. ConversationError as
+    `turn_positions`."""
+    positions = conversation.turn_positions(messages, turns)
+    first = next((k for k, (_, v) in enumerate(verdict.turns) if not v.ok), None)
+    if repair != "from_first_bad_turn" or first is None:
+        return positions
+    # The audit numbers the turns `turn_positions(.., "all")` finds, in order; a system message shifts no ordinal.
+    start = conversation.turn_positions(messages, "all")[first]
+    return tuple(p for p in positions if p >= start)  # never empty: the last position is the largest
 
 
 def _judge(turn: StoredTurn, opts: AuditOptions) -> Verdict:

@@ -7,10 +7,11 @@ gzipped JSONL, a JSON array, Parquet), the same rows in the same order and the s
 - a row the run did not regenerate is the original: the same bytes for JSONL lines, the same Arrow values for
   Parquet, the same JSON value for JSON arrays;
 - a row the run accepted gets its generated turns in place of the stored assistant turns (an answer missing after a
-  trailing user turn is appended), every other key of the row and of its messages kept; reasoning goes where the
-  original keeps it: the message's own reasoning field (`reasoning_content`, `reasoning`, `thinking`; for Parquet,
-  the one the message struct has), or inline `<think>` when the row (or, failing that, an earlier row of the file)
-  keeps it inline, or nowhere else gives it a place;
+  trailing user turn is appended; with `input.repair = "from_first_bad_turn"` only the turns from the row's first
+  failing one on, the positions the reader chose by the same audit), every other key of the row and of its
+  messages kept; reasoning goes where the original keeps it: the message's own reasoning field
+  (`reasoning_content`, `reasoning`, `thinking`; for Parquet, the one the message struct has), or inline `<think>`
+  when the row (or, failing that, an earlier row of the file) keeps it inline, or nowhere else gives it a place;
 - a row the run rejected again is kept as it was (`on_reject = "keep"`) or left out (`"drop"`); either way it is
   listed in `repair-rows.jsonl` with its reason, as is a row the audit fails that the run has not regenerated.
 
@@ -41,7 +42,7 @@ from ..config import Config, config_from_dict
 from ..errors import ConfigError, InputError, OutputError
 from ..store.files import readable_parts
 from ..store.manifest import read_manifest
-from .audit import AuditOptions, audit_row
+from .audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
 from .input_files import Broken, json_array_rows, labels, resolve
 from .redact import Hosts
@@ -160,7 +161,7 @@ class _Repair:
         reasons = verdict.reasons() or ["ok"]
         row_id = self._id(data)
         if row_id in self.accepted:
-            repaired = self._repaired(data, self.accepted[row_id])
+            repaired = self._repaired(data, self.accepted[row_id], verdict)
             if repaired is not None:
                 return self._count("repaired", reasons, repaired)
             self._list(row_id, source, "no_place", "the generated turns do not fit the row's conversation")
@@ -201,13 +202,15 @@ class _Repair:
             return None
         return content_id(with_system(messages, inp.system_prompt))
 
-    def _repaired(self, data: dict[str, Any], turns: list[tuple[str | None, str]]) -> dict[str, Any] | None:
+    def _repaired(
+        self, data: dict[str, Any], turns: list[tuple[str | None, str]], verdict: RowAudit
+    ) -> dict[str, Any] | None:
         found = conversation.find_conversation(data, self.cfg.input.messages_field)
         if found is None:
             return None
         name, raw = found
         messages = conversation.parse(raw, name)
-        positions = conversation.turn_positions(messages, self.cfg.generation.turns)
+        positions = regenerated_positions(messages, self.cfg.generation.turns, self.cfg.input.repair, verdict)
         if len(positions) != len(turns):
             return None
         styles = [

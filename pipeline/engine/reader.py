@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import conversation
 from ..config import GenerationConfig, InputConfig, ValidateConfig
-from ..dataset.audit import AuditOptions, audit_row
+from ..dataset.audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 from ..dataset.stored import content_id, with_system
 from ..errors import ConfigError, InputError
@@ -292,7 +292,7 @@ class PromptReader:
         try:
             given = self._given_id(data, self._json(path))
             messages, overrides = self._openai_request(data) if self._openai else (self._messages(data), None)
-            turns = () if self._openai else self._turns(messages)
+            turns = () if self._openai else self._turns(messages, data)
         except _Problem as problem:
             return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
         extra = self._keep(data)
@@ -300,10 +300,12 @@ class PromptReader:
             extra[REQUEST_OVERRIDES] = overrides
         return Prompt(given or content_id(messages), messages, source, extra, turns)
 
-    def _turns(self, messages: tuple[dict[str, str], ...]) -> tuple[int, ...]:
-        """Where the generated turns go; () for the common case of one new turn after the last message."""
+    def _turns(self, messages: tuple[dict[str, str], ...], data: dict[str, Any]) -> tuple[int, ...]:
+        """Where the generated turns go; () for the common case of one new turn after the last message. With
+        `input.repair = "from_first_bad_turn"`, only the turns from the row's first failing one on."""
+        verdict = audit_row(data, self._audit) if self._cfg.repair == "from_first_bad_turn" else RowAudit()
         try:
-            positions = conversation.turn_positions(messages, self._gen.turns)
+            positions = regenerated_positions(messages, self._gen.turns, self._cfg.repair, verdict)
         except conversation.ConversationError as exc:
             raise _Problem(str(exc)) from None
         return () if positions == (len(messages),) else positions

@@ -24,13 +24,14 @@ from tests.test_audit import planted_row, write_planted
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "60")
 
 
-def _config(tmp_path: Path, data: Path, url: str, select: str = "all") -> Path:
+def _config(tmp_path: Path, data: Path, url: str, select: str = "all", repair: str = "conversation") -> Path:
     cfg = tmp_path / "repair.toml"
     cfg.write_text(
         f"""
 [input]
 path = "{data}"
 select = "{select}"
+repair = "{repair}"
 [output]
 dir = "{tmp_path / "run"}"
 shard_rows = 50
@@ -162,4 +163,40 @@ def test_a_sigkill_during_the_repair_run_and_the_export_ends_in_a_complete_outpu
     assert regen("export", str(tmp_path / "run"), "--format", "repaired", "--out", str(out)).returncode == 0
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
     assert len(_read(out / "data.jsonl")) == 660
+    assert regen("audit", str(out / "data.jsonl")).returncode == 0
+
+
+def test_from_first_bad_turn_generates_only_the_failing_turn_and_those_after_it(tmp_path: Path, sim) -> None:
+    def conv(answers: list[str]) -> list[dict]:
+        out: list[dict] = []
+        for k, answer in enumerate(answers):
+            out.append({"role": "user", "content": f"Question {k}?"})
+            out.append(
+                {"role": "assistant", "content": answer, "reasoning_content": f"Thinking {k}." if answer else ""}
+            )
+        return out
+
+    rows = [
+        {"id": "bad-middle", "messages": conv(["First answer.", "", "Third answer."]), "source": "x"},
+        {"id": "clean", "messages": conv(["Fine.", "Also fine."]), "source": "y"},
+    ]
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    server: SimProcess = sim(*SIM)
+    cfg = _config(tmp_path, data, server.url, select="invalid", repair="from_first_bad_turn")
+    done = regen("run", str(cfg), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert server.stats()["generations_total"] == 2  # turns 2 and 3 of the one failing row, not turn 1
+    shard = pq.read_table(tmp_path / "run" / "shards").to_pylist()
+    assert [r["id"] for r in shard] == ["bad-middle"] and len(shard[0]["turns"]) == 2
+
+    out = tmp_path / "repaired"
+    exported = regen("export", str(tmp_path / "run"), "--format", "repaired", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    before, clean_line = data.read_bytes().splitlines()
+    after = (out / "data.jsonl").read_bytes().splitlines()
+    assert after[1] == clean_line
+    new = orjson.loads(after[0])["messages"]
+    assert orjson.dumps(new[:3]) == orjson.dumps(rows[0]["messages"][:3])  # turn 1 (and its question) as given
+    assert [m["content"] for m in new[3::2]] == [t["answer"] for t in shard[0]["turns"]]
     assert regen("audit", str(out / "data.jsonl")).returncode == 0
