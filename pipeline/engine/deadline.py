@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
-
 MIN_SAMPLES = 8
 WINDOW = 256
 QUANTILE = 10
@@ -40,6 +38,7 @@ class Deadlines:
         self.ceiling_s = ceiling_s  # request_timeout_s: the deadline never exceeds it
         self._rates: dict[str, deque[float]] = {}
         self._slow: dict[str, float] = {}  # the quantile, recomputed every RECOMPUTE observations (not per request)
+        self._seen: dict[str, int] = {}  # observations per endpoint (the window stops growing at WINDOW)
 
     def observe(self, url: str, tokens: int | None, latency_s: float) -> None:
         """A completed request: its output tokens per second of wall time on that endpoint."""
@@ -47,8 +46,11 @@ class Deadlines:
             return
         rates = self._rates.setdefault(url, deque(maxlen=WINDOW))
         rates.append(tokens / latency_s)
-        if len(rates) >= MIN_SAMPLES and (url not in self._slow or len(rates) % RECOMPUTE == 0):
-            self._slow[url] = float(np.percentile(np.fromiter(rates, dtype=float), QUANTILE))
+        self._seen[url] = seen = self._seen.get(url, 0) + 1
+        # By the count, not len(rates): a full window's length stays a multiple of RECOMPUTE, so that test was true on
+        # every completion once 256 had been seen (a numpy percentile per request: 17% of the client's CPU).
+        if len(rates) >= MIN_SAMPLES and (url not in self._slow or seen % RECOMPUTE == 0):
+            self._slow[url] = _percentile(sorted(rates), QUANTILE)
 
     def for_request(self, url: str, max_tokens: int) -> float:
         """Seconds a request to `url` may take before it counts as hung."""
@@ -56,3 +58,11 @@ class Deadlines:
         if slow is None:
             return self.ceiling_s
         return min(self.ceiling_s, max(self.floor_s, self.slack * max_tokens / slow))
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """numpy's default (linear) percentile of sorted values, without numpy's ~100 µs of call overhead."""
+    pos = (len(ordered) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
