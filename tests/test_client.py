@@ -1,8 +1,14 @@
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
 import pytest
 
 from pipeline.config import GenerationConfig
-from pipeline.endpoints.client import build_payload_base, request_seed
+from pipeline.endpoints.client import _read_sse, build_payload_base, request_seed
 from pipeline.endpoints.reasoning import split_reasoning
+from pipeline.errors import RetryableRequestError
 
 
 @pytest.mark.parametrize(
@@ -44,3 +50,60 @@ def test_payload_always_sends_max_tokens_and_thinking() -> None:
     assert base["max_tokens"] == 123
     assert base["chat_template_kwargs"] == {"enable_thinking": False}
     assert base["separate_reasoning"] is True
+
+
+def _sse(events: list[object], done: bool = True, eol: bytes = b"\n") -> bytes:
+    body = b"".join(b"data: " + orjson.dumps(e) + eol + eol for e in events)
+    return body + (b"data: [DONE]" + eol + eol if done else b"")
+
+
+async def _pieces(raw: bytes, size: int) -> AsyncIterator[bytes]:
+    for i in range(0, len(raw), size):
+        yield raw[i : i + size]
+
+
+def _read(raw: bytes, size: int) -> dict[str, Any]:
+    return asyncio.run(_read_sse(_pieces(raw, size), "http://sim"))
+
+
+_EVENTS: list[object] = [
+    {"choices": [{"delta": {"role": "assistant", "content": ""}}]},
+    *({"choices": [{"delta": {"reasoning_content": f"r{i} "}}]} for i in range(20)),
+    *({"choices": [{"delta": {"reasoning_content": None, "content": f"c{i} "}}]} for i in range(5)),
+    {"choices": [{"delta": {}, "finish_reason": "stop"}], "model": "m"},
+    {"choices": [], "usage": {"completion_tokens": 25}},
+]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 100_000], ids=["byte", "odd", "small", "whole"])
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_sse_reads_the_same_however_the_bytes_arrive(size: int, eol: bytes) -> None:
+    out = _read(_sse(_EVENTS, eol=eol) + b"data: {ignored after done}\n\n", size)
+    assert out == {
+        "content": "".join(f"c{i} " for i in range(5)),
+        "reasoning": "".join(f"r{i} " for i in range(20)),
+        "finish_reason": "stop",
+        "usage": {"completion_tokens": 25},
+        "model": "m",
+    }
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _sse(_EVENTS[:3]) .replace(b'"r0 "', b'"r0 '),  # a torn object
+        _sse(_EVENTS[:2]).replace(b"data: {", b"data: 1,{", 1),  # two values in one payload
+        _sse([*_EVENTS[:2], [1, 2]]),  # not an object
+    ],
+    ids=["torn", "two-values", "not-an-object"],
+)  # fmt: skip
+def test_sse_refuses_an_invalid_chunk(raw: bytes) -> None:
+    with pytest.raises(RetryableRequestError, match="invalid JSON in an SSE chunk"):
+        _read(raw, 64)
+
+
+def test_sse_error_event_and_missing_done() -> None:
+    with pytest.raises(RetryableRequestError, match="HTTP 503: busy"):
+        _read(_sse([_EVENTS[1], {"error": {"code": 503, "message": "busy"}}]), 64)
+    with pytest.raises(RetryableRequestError, match="without \\[DONE\\]"):
+        _read(_sse(_EVENTS, done=False), 64)

@@ -68,7 +68,8 @@ def test_the_split_of_each_release(case: str, version: str, expected: tuple[str 
 
 
 class _Body:
-    """The part of an aiohttp response `_read_sse` reads: `content`, an async iterator of lines."""
+    """What `_read_sse` reads from an aiohttp response: `content.iter_any()`, an async iterator of byte chunks
+    (here one line each)."""
 
     def __init__(self, events: list[dict[str, Any]]) -> None:
         self.lines = [b"data: " + orjson.dumps(e) + b"\n" for e in events] + [b"data: [DONE]\n"]
@@ -102,7 +103,7 @@ def test_streamed_parser_on_and_off_store_the_same_row(case: str, version: str) 
     reasoning, content = qwen3_message(raw, version_tuple(version), force=thinking)
 
     async def read(events: list[dict[str, Any]]) -> dict[str, Any]:
-        return await _read_sse(_Body(events), "http://sim")  # type: ignore[arg-type]
+        return await _read_sse(_Body(events).content, "http://sim")
 
     on = asyncio.run(read(_stream(reasoning, content or "")))
     off = asyncio.run(read(_stream(None, raw)))
