@@ -1,4 +1,4 @@
-"""Process-level memory settings for a long `regen run`, so its RSS stays flat and small.
+"""Process-level settings for a long `regen run`: memory knobs so its RSS stays flat and small, and the event loop.
 
 Measured on 1,800-token completions at ~1,800 completions/s (scripts/bench.py overhead): at the peak only ~32 MB
 of live Python objects, yet ~250 MB of RSS. The difference was memory the allocators kept after it was freed:
@@ -9,6 +9,7 @@ allocator and glibc's threshold pinned at 16 KiB, the same run peaks at ~160 MB.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import sys
@@ -33,6 +34,7 @@ def tune_for_run() -> None:
         sys.meta_path.insert(0, _NoPandas())
     import pyarrow as pa
 
+    use_uvloop()
     pa.set_memory_pool(pa.system_memory_pool())
     name = ctypes.util.find_library("c")
     if sys.platform.startswith("linux") and name:
@@ -40,3 +42,18 @@ def tune_for_run() -> None:
             ctypes.CDLL(name).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         except (OSError, AttributeError):
             pass  # not glibc: keep the defaults
+
+
+def use_uvloop() -> bool:
+    """Run the process's event loops on uvloop where it is installed (a dependency on Linux and macOS).
+
+    Measured with `scripts/bench.py --only overhead` (1,800-token completions from an instant simulator, 128 in
+    flight): the client's CPU per completion 0.578 → 0.501 CPU-s / 1,000 (-13%), the event loop's own scheduling and
+    socket work being most of what regen does per request besides aiohttp. Behaviour is the same: aiohttp,
+    `asyncio.to_thread`, signal handlers and `asyncio.timeout` run unchanged on it."""
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
