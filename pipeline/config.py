@@ -291,7 +291,7 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("client.sticky_wait_s", _at_least(0), "0 or more"),
     ("validate.min_answer_chars", _at_least(0), "0 or more"),
     ("validate.max_repetition", lambda v: 0 <= v <= 1, "in [0, 1] (0 = off)"),
-    ("launch.port", lambda v: 1 <= v <= 65535, "a port number in [1, 65535]"),
+    ("launch.port", lambda v: 0 <= v <= 65535, "0 (a free port) or a port number in [1, 65535]"),
     ("launch.ready_timeout_s", _positive, "positive"),
 )
 
