@@ -3,6 +3,7 @@ and by column; the id list; exit codes; the stored-text split (dataset/stored.py
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,32 @@ def test_regenerated_positions_start_at_the_first_failing_turn(
     if not system:
         with_prompt = ({"role": "system", "content": "S"}, *messages)
         assert regenerated_positions(with_prompt, mode, repair, verdict) == tuple(p + 1 for p in expected)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["jsonl", "jsonl.gz"])
+def test_blocks_in_worker_processes_give_the_report_of_one_process(tmp_path: Path, gz: bool) -> None:
+    path = tmp_path / "d.jsonl"
+    write_planted(path, 400, with_id=False)
+    data = b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\n\n", 3) + b"{not json\n" + b'{"id": 1}'
+    if gz:
+        path = tmp_path / "d.jsonl.gz"
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    reports = []
+    for jobs, block in ((1, 1 << 20), (1, 3000), (2, 3000)):  # one block; many; many in two processes
+        ids = tmp_path / f"ids-{jobs}-{block}.txt"
+        opts = AuditOptions(jobs=jobs, block_bytes=block, by="source", seed=3)
+        report = audit_dataset(str(path), opts, ids_out=ids)
+        reports.append(({k: v for k, v in report.items() if k not in ("elapsed_s", "rows_per_s")}, ids.read_text()))
+    one, many, pooled = reports
+    assert pooled == many
+    assert one[0]["rows"] == 402 and one[0]["by_reason"]["bad_input"] == 2
+    for key in ("rows", "failing_rows", "by_reason", "by_turn", "groups", "lengths"):
+        assert one[0][key] == many[0][key], key
+    assert one[1] == many[1]  # the same ids, row numbers counted over the whole file
+    sources = {ex["source"] for exs in many[0]["examples"].values() for ex in exs}
+    lines = data.split(b"\n")
+    for source in sources:  # line numbers count over the whole file, blocks or not
+        n = int(source.rsplit(":", 1)[1])
+        assert lines[n - 1].strip(), source

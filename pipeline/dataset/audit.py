@@ -6,8 +6,10 @@ exactly as a completion would. A row fails when one of its turns fails, or when 
 conversation (`bad_input`). The report counts rows and turns by reason, by turn index and by a column of the data,
 gives length distributions and a few examples per reason (seeded), and `--ids-out` lists the failing rows.
 
-One streaming pass: rows are read `batch_rows` at a time and only counters, fixed-size samples (lengths and
-examples) and the group table (at most MAX_GROUPS values) are kept, so memory does not grow with the row count.
+One streaming pass: rows are judged a block at a time (JSONL: blocks of lines in a pool of processes,
+dataset/line_blocks.py; other formats: `batch_rows` rows here), each block's counts merged in reading order, and
+only counters, fixed-size samples (lengths and examples) and the group table (at most MAX_GROUPS values) are kept,
+so memory does not grow with the row count.
 `audit_row` is also what `input.select = "invalid"` (engine/reader.py) and the repaired export (dataset/repair.py) use,
 so the three agree on which rows are broken.
 """
@@ -15,11 +17,13 @@ so the three agree on which rows are broken.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import os
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +37,8 @@ from ..errors import InputError, OutputError
 from ..records import Verdict
 from ..validator import validate
 from .input_files import Broken, resolve
+from .input_files import _parse_line as parse_line
+from .line_blocks import BLOCK_BYTES, line_blocks, line_ranges, ordered_map, read_range
 from .stored import StoredTurn, given_id, read_chunks, stored_turns
 
 BAD_INPUT = "bad_input"
@@ -56,6 +62,8 @@ class AuditOptions:
     seed: int = 0
     examples: int = 3
     batch_rows: int = 1024
+    jobs: int = 0  # processes judging JSONL blocks; 0 = one per core
+    block_bytes: int = BLOCK_BYTES
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> AuditOptions:
@@ -145,21 +153,12 @@ def audit_dataset(path: str, opts: AuditOptions = AuditOptions(), *, ids_out: Pa
     (the id field, or `row:<n>`, 0-based over all rows in reading order, when a row has none), atomically.
     """
     kinds = resolve(path, opts.format)
-    columns = [opts.id_field, *conversation.CONVERSATION_FIELDS, opts.messages_field, opts.prompt_field, opts.by]
-    columns = [c for c in dict.fromkeys(columns) if c and c != "auto"]
     tally = _Tally(opts)
     started = time.perf_counter()
     with _IdsFile(ids_out) as ids:
-        index = 0
-        for file, rows in read_chunks(kinds, columns, opts.batch_rows):
-            for row, data in rows:
-                result = audit_row(data, opts)
-                label = (given_id(data, opts.id_field) if isinstance(data, dict) else None) or f"row:{index}"
-                tally.add(result, data, label, f"{file}:{row}")
-                if result.failing:
-                    ids.write(label)
-                index += 1
-            tally.flush()
+        for part in _parts(kinds, opts):
+            for label in tally.merge(part):
+                ids.write(label)
     elapsed = time.perf_counter() - started
     report = tally.report()
     report.update(path=path, files=[str(p) for p in kinds], elapsed_s=round(elapsed, 3))
@@ -167,29 +166,89 @@ def audit_dataset(path: str, opts: AuditOptions = AuditOptions(), *, ids_out: Pa
     return report
 
 
+def _parts(kinds: dict[Path, str], opts: AuditOptions) -> Iterator[_Part]:
+    """Each file's rows judged and counted a block at a time, in reading order. JSONL goes in blocks of lines
+    to `opts.jobs` processes (all cores by default) when the file has more than two blocks; other formats are
+    read `batch_rows` rows at a time here."""
+    columns = [opts.id_field, *conversation.CONVERSATION_FIELDS, opts.messages_field, opts.prompt_field, opts.by]
+    columns = [c for c in dict.fromkeys(columns) if c and c != "auto"]
+    block = itertools.count()
+    jobs = opts.jobs or os.cpu_count() or 1
+    for path, kind in kinds.items():
+        if kind == "jsonl":
+            work = functools.partial(audit_lines, str(path), opts)
+            if path.name.endswith(".gz"):
+                chunks: Iterator[Any] = (b for _, b in line_blocks(path, opts.block_bytes))
+            else:
+                chunks = line_ranges(path, opts.block_bytes)
+            blocks = ((next(block), i == 0, where) for i, where in enumerate(chunks))
+            big = path.stat().st_size > 2 * opts.block_bytes
+            yield from ordered_map(work, blocks, jobs if big else 1)
+            continue
+        for _, rows in read_chunks({path: kind}, columns, opts.batch_rows):
+            part = _Part(opts, next(block), str(path))
+            for row, data in rows:
+                given = given_id(data, opts.id_field) if isinstance(data, dict) else None
+                part.add(audit_row(data, opts), data, given, f"{path}:{row}")
+            yield part
+
+
+def audit_lines(path: str, opts: AuditOptions, item: tuple[int, bool, bytes | tuple[int, int]]) -> _Part:
+    """Judge one block of JSONL lines (`item`: block number, whether it is the file's first, and its bytes or its
+    byte range in the file), read
+    as `input_files.jsonl_rows` reads them (blank lines skipped, a BOM on line 1 ignored). Line numbers in the
+    examples' `source` count from the block's first line until the merge knows where the block starts."""
+    number, first, where = item
+    data = read_range(path, *where) if isinstance(where, tuple) else where
+    part = _Part(opts, number, path)
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    part.lines = len(lines)
+    if lines and first:
+        lines[0] = lines[0].removeprefix(b"\xef\xbb\xbf")
+    for local, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row: Any = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            row = parse_line(line)  # the reader's own message for the bad line
+        given = given_id(row, opts.id_field) if isinstance(row, dict) else None
+        part.add(audit_row(row, opts), row, given, local)
+    return part
+
+
 # ---------------------------------------------------------------- counting
 
 
-class _Tally:
-    """Counters, the group table, length samples and examples of one audit."""
+class _Part:
+    """The counts of one block of rows, made where the block is judged (maybe a worker process), merged in order.
 
-    def __init__(self, opts: AuditOptions) -> None:
+    Examples come from a reservoir of its own (seeded by the block's number); labels of rows without an id are
+    their index within the block, made global when merged."""
+
+    def __init__(self, opts: AuditOptions, block: int, path: str = "") -> None:
         self.opts = opts
+        self.path = path
+        self.lines = 0  # JSONL: lines in the block (sources are 0-based line offsets within it until merged)
         self.rows = self.turns = self.missing = self.failing_rows = self.failing_turns = 0
         self.by_reason: Counter[str] = Counter()
         self.turns_by_reason: Counter[str] = Counter()
         self.by_turn: dict[int, dict[str, Any]] = {}
-        self.groups: dict[str, dict[str, Any]] = {}
-        self.examples = _Examples(opts.seed, opts.examples)
-        self.lengths = {"answer_chars": _Reservoir(opts.seed), "reasoning_chars": _Reservoir(opts.seed + 1)}
-        self._pending: dict[str, list[float]] = {name: [] for name in self.lengths}
+        self.groups: dict[str, dict[str, Any]] = {}  # every value of the block: at most its rows
+        self.examples = _Examples(random.Random(f"{opts.seed}:{block}"), opts.examples)
+        self.lengths: dict[str, list[int]] = {"answer_chars": [], "reasoning_chars": []}
+        self.failing: list[str | int] = []
 
-    def add(self, result: RowAudit, data: Any, label: str, source: str) -> None:
+    def add(self, result: RowAudit, data: Any, given: str | None, source: str | int) -> None:
+        label: str | int = given if given is not None else self.rows
         self.rows += 1
         reasons = result.reasons()
         if reasons:
             self.failing_rows += 1
             self.by_reason.update(reasons)
+            self.failing.append(label)
         if result.bad:
             self.examples.offer(BAD_INPUT, {"id": label, "source": source, "detail": result.bad})
         for k, (turn, verdict) in enumerate(result.turns):
@@ -197,14 +256,14 @@ class _Tally:
         if self.opts.by:
             self._group(data, reasons)
 
-    def _turn(self, k: int, turn: StoredTurn, verdict: Verdict, label: str, source: str) -> None:
+    def _turn(self, k: int, turn: StoredTurn, verdict: Verdict, label: str | int, source: str | int) -> None:
         self.turns += 1
         self.missing += turn.missing
-        at = self.by_turn.get(k) or self.by_turn.setdefault(k, {"turns": 0, "failing": 0, "by_reason": Counter()})
+        at = self.by_turn.get(k) or self.by_turn.setdefault(k, _new_turn())
         at["turns"] += 1
         if not turn.missing:
-            self._pending["answer_chars"].append(len(turn.answer))
-            self._pending["reasoning_chars"].append(len(turn.reasoning or ""))
+            self.lengths["answer_chars"].append(len(turn.answer))
+            self.lengths["reasoning_chars"].append(len(turn.reasoning or ""))
         if verdict.ok:
             return
         reason = verdict.reason or ""
@@ -218,38 +277,79 @@ class _Tally:
     def _group(self, data: Any, reasons: list[str]) -> None:
         value = data.get(self.opts.by) if isinstance(data, dict) else None
         name = value if isinstance(value, str) else "(none)" if value is None else orjson.dumps(value).decode()
-        if name not in self.groups and len(self.groups) >= MAX_GROUPS:
-            name = OTHER
-        group = self.groups.get(name) or self.groups.setdefault(
-            name, {"rows": 0, "failing_rows": 0, "by_reason": Counter()}
-        )
+        group = self.groups.get(name) or self.groups.setdefault(name, _new_group())
         group["rows"] += 1
         group["failing_rows"] += bool(reasons)
         group["by_reason"].update(reasons)
 
-    def flush(self) -> None:
-        for name, values in self._pending.items():
+
+def _new_turn() -> dict[str, Any]:
+    return {"turns": 0, "failing": 0, "by_reason": Counter()}
+
+
+def _new_group() -> dict[str, Any]:
+    return {"rows": 0, "failing_rows": 0, "by_reason": Counter()}
+
+
+_SUMS = ("rows", "turns", "missing", "failing_rows", "failing_turns")
+
+
+class _Tally:
+    """The whole audit: the blocks' counts merged in reading order, the group table capped at MAX_GROUPS values
+    (the later ones under OTHER, as one pass would), lengths in fixed-size reservoirs."""
+
+    def __init__(self, opts: AuditOptions) -> None:
+        self.opts = opts
+        self.total = _Part(opts, -1)
+        self.examples = _Examples(random.Random(opts.seed), opts.examples)
+        self.lengths = {"answer_chars": _Reservoir(opts.seed), "reasoning_chars": _Reservoir(opts.seed + 1)}
+        self.path, self.line = "", 1  # the file of the last block merged, and the line number its next block starts at
+
+    def merge(self, part: _Part) -> list[str]:
+        """Add one block's counts; returns the labels of its failing rows (`row:<n>` numbered over all rows)."""
+        t, offset = self.total, self.total.rows
+        if part.path != self.path:
+            self.path, self.line = part.path, 1
+        for name in _SUMS:
+            setattr(t, name, getattr(t, name) + getattr(part, name))
+        t.by_reason.update(part.by_reason)
+        t.turns_by_reason.update(part.turns_by_reason)
+        for k, at in part.by_turn.items():
+            into = t.by_turn.get(k) or t.by_turn.setdefault(k, _new_turn())
+            into["turns"] += at["turns"]
+            into["failing"] += at["failing"]
+            into["by_reason"].update(at["by_reason"])
+        for name, group in part.groups.items():
+            if name not in t.groups and len(t.groups) >= MAX_GROUPS:
+                name = OTHER
+            into = t.groups.get(name) or t.groups.setdefault(name, _new_group())
+            into["rows"] += group["rows"]
+            into["failing_rows"] += group["failing_rows"]
+            into["by_reason"].update(group["by_reason"])
+        self.examples.merge(part.examples, offset, f"{part.path}:", self.line)
+        self.line += part.lines
+        for name, values in part.lengths.items():
             self.lengths[name].extend(values)
-            values.clear()
+        return [label if isinstance(label, str) else f"row:{offset + label}" for label in part.failing]
 
     def report(self) -> dict[str, Any]:
-        self.flush()
-        rows = self.rows
+        t = self.total
+        rows = t.rows
         return {
             "rows": rows,
-            "assistant_turns": self.turns,
-            "missing_turns": self.missing,
-            "failing_rows": self.failing_rows,
-            "failing_share": self.failing_rows / rows if rows else 0.0,
-            "failing_turns": self.failing_turns,
-            "by_reason": _sorted(self.by_reason),
-            "by_reason_share": {k: v / rows for k, v in _sorted(self.by_reason).items()},
-            "turns_by_reason": _sorted(self.turns_by_reason),
-            "by_turn": {str(k): {**v, "by_reason": _sorted(v["by_reason"])} for k, v in sorted(self.by_turn.items())},
+            "assistant_turns": t.turns,
+            "missing_turns": t.missing,
+            "failing_rows": t.failing_rows,
+            "failing_share": t.failing_rows / rows if rows else 0.0,
+            "failing_turns": t.failing_turns,
+            "by_reason": _sorted(t.by_reason),
+            "by_reason_share": {k: v / rows for k, v in _sorted(t.by_reason).items()},
+            "turns_by_reason": _sorted(t.turns_by_reason),
+            "by_turn": {str(k): {**v, "by_reason": _sorted(v["by_reason"])} for k, v in sorted(t.by_turn.items())},
             "by": self.opts.by or None,
             "groups": {
                 k: {**v, "failing_share": v["failing_rows"] / v["rows"], "by_reason": _sorted(v["by_reason"])}
-                for k, v in sorted(self.groups.items(), key=lambda kv: -kv[1]["rows"])
+                for k, v in sorted(t.groups.items(), key=lambda kv: -kv[1]["rows"])
             },
             "lengths": {name: r.percentiles() for name, r in self.lengths.items()},
             "histograms": {name: r.histogram() for name, r in self.lengths.items()},
@@ -273,10 +373,11 @@ def _clip(text: str) -> str:
 
 class _Examples:
     """Up to `k` examples per reason, a uniform choice among all (reservoir sampling, seeded): the same data and
-    seed give the same examples. An example's text is built only when it is kept."""
+    seed give the same examples. An example's text is built only when it is kept. Two reservoirs merge into one
+    of the union: how many come from each side follows the hypergeometric law, drawn with this one's generator."""
 
-    def __init__(self, seed: int, k: int) -> None:
-        self.rng = random.Random(seed)
+    def __init__(self, rng: random.Random, k: int) -> None:
+        self.rng = rng
         self.k = k
         self.seen: Counter[str] = Counter()
         self.kept: dict[str, list[dict[str, Any]]] = {}
@@ -289,8 +390,34 @@ class _Examples:
         elif (j := self.rng.randrange(self.seen[reason])) < self.k:
             kept[j] = example() if callable(example) else example
 
+    def merge(self, other: _Examples, offset: int, file: str, line: int) -> None:
+        """Take in a later block's reservoir; its row-index ids become `row:<offset + index>`, its line offsets
+        `file:<line + offset>`."""
+        for reason, n in other.seen.items():
+            theirs = [_placed(ex, offset, file, line) for ex in other.kept[reason]]
+            mine, m = self.kept.setdefault(reason, []), self.seen[reason]
+            take, a, b = 0, m, n
+            for _ in range(min(self.k, m + n)):  # draws without replacement from the two populations
+                if self.rng.randrange(a + b) < a:
+                    take, a = take + 1, a - 1
+                else:
+                    b -= 1
+            rest = min(self.k, m + n) - take
+            self.kept[reason] = self.rng.sample(mine, take) + self.rng.sample(theirs, rest)
+            self.seen[reason] += n
+
     def chosen(self) -> dict[str, list[dict[str, Any]]]:
         return {reason: self.kept[reason] for reason in sorted(self.kept)}
+
+
+def _placed(example: dict[str, Any], offset: int, file: str, line: int) -> dict[str, Any]:
+    """An example of a block with its row and line numbers counted over the whole input."""
+    row, source = example["id"], example["source"]
+    if isinstance(row, int):
+        example = {**example, "id": f"row:{offset + row}"}
+    if isinstance(source, int):
+        example = {**example, "source": f"{file}{line + source}"}
+    return example
 
 
 class _Reservoir:
@@ -305,7 +432,7 @@ class _Reservoir:
         self.total = 0.0
         self.max = 0.0
 
-    def extend(self, chunk: list[float]) -> None:
+    def extend(self, chunk: Sequence[float]) -> None:
         if not chunk:
             return
         x = np.asarray(chunk, dtype=np.float64)
