@@ -507,6 +507,7 @@ class _SoakWatch:
         self.loads: list[tuple[float, int, bool, int, int]] = []  # (t, server, healthy, running, max_running)
         self.rss: list[tuple[float, int, float]] = []  # (t, worker, MB)
         self.requests, self.last_dispatch, self.last_dispatch_wall = 0, time.monotonic(), time.time()
+        self.sent: dict[str, int] = {}  # generation requests each worker has sent (its Prometheus counter)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -520,15 +521,14 @@ class _SoakWatch:
             self.loads.append((t, i, False, 0, 1))  # down, or frozen (no answer within the timeout)
 
     def _counters(self, client: httpx.Client) -> None:
-        total = 0
         for url in self.metrics_urls:
             try:
                 text = client.get(url).text
             except (httpx.HTTPError, OSError):
-                return  # a worker not serving yet, or gone: keep the last reading
-            total += sum(
-                int(float(line.split()[-1])) for line in text.splitlines() if line.startswith("regen_requests")
-            )
+                continue  # a worker not serving yet, or gone: its last reading stands
+            counts = [int(float(line.split()[-1])) for line in text.splitlines() if line.startswith("regen_requests")]
+            self.sent[url] = max(self.sent.get(url, 0), sum(counts))
+        total = sum(self.sent.values())
         if total > self.requests:
             self.requests, self.last_dispatch, self.last_dispatch_wall = total, time.monotonic(), time.time()
 
@@ -618,12 +618,15 @@ def _soak_occupancy(plan: SoakPlan, watch: _SoakWatch, t0: float, opened: float)
     lo, hi = t0 + 2 * plan.request_s, watch.last_dispatch
     every, length = plan.real(300), plan.real(30)
     per: dict[int, list[float]] = {i: [] for i in range(4)}
+    minutes: dict[int, list[float]] = {}  # the same samples minute by minute (where it dips)
     for t, i, healthy, running, cap in watch.loads:
         bursting = i == 3 and (in_burst(t - opened, every, length) or in_burst(t - opened - 0.1, every, length))
         if lo <= t <= hi and healthy and not bursting:
             per[i].append(running / cap)
+            minutes.setdefault(int((t - t0) // 60), []).append(running / cap)
     all_samples = [x for xs in per.values() for x in xs]
     return {
+        "occupancy_by_minute": [round(sum(xs) / len(xs), 3) for _, xs in sorted(minutes.items())],
         "occupancy": round(sum(all_samples) / max(1, len(all_samples)), 4),
         "occupancy_by_server": {i: round(sum(xs) / max(1, len(xs)), 4) for i, xs in per.items()},
         "healthy_samples_by_server": {i: len(xs) for i, xs in per.items()},
@@ -642,6 +645,7 @@ def _soak_rss(watch: _SoakWatch, t0: float, minutes: float) -> dict[str, Any]:
             continue
         out[f"worker_{w}"] = {"early_mb": round(early, 1), "end_mb": round(mine[-1][1], 1)}
         out[f"worker_{w}"]["drift"] = round(mine[-1][1] / early - 1, 3)
+        out[f"worker_{w}"]["by_minute_mb"] = [round(mb) for t, mb in mine if int((t - t0) / 2) % 30 == 0]
     return out
 
 
