@@ -100,7 +100,7 @@ def test_to_dict_is_plain_and_has_no_secret_values() -> None:
         ("client.health_failures=0", "client.health_failures must be at least 1"),
         ("client.queue_size=-1", "client.queue_size must be 0"),
         ("validate.min_answer_chars=-1", "validate.min_answer_chars must be 0 or more"),
-        ("launch.port=70000", "launch.port must be a port number"),
+        ("launch.port=70000", "launch.port must be 0 \\(a free port\\) or a port number"),
     ],
     ids=[
         "shard-rows",
