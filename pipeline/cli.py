@@ -219,9 +219,13 @@ def _print_json(data: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     bar = not args.no_progress and sys.stderr.isatty()  # a bar's \r frames only on a terminal, never in a file
     configure_logs(args.log_format, args.log_level, progress_lines=not bar)
-    from .engine.memory import tune_for_run
+    from .engine.memory import tuned_for_run
 
-    tune_for_run()
+    with tuned_for_run():
+        return _run(args, bar)
+
+
+def _run(args: argparse.Namespace, bar: bool) -> int:
     from .dataset.audit import read_ids
     from .engine.runner import RunOptions, run, worker_from_env
 

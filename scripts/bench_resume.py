@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-from pipeline.engine.memory import tune_for_run
+from pipeline.engine.memory import tuned_for_run
 from pipeline.schema import reject_schema, shard_schema, to_table
 from pipeline.store import synthetic
 from pipeline.store.files import REJECTS, SHARDS, parquet_options
@@ -62,14 +62,14 @@ def _peak_rss_mb() -> float:
 
 
 def measure(run_dir: Path, workers: int) -> dict[str, float]:
-    tune_for_run()  # as `regen run` does before it resumes
-    before = _peak_rss_mb()
-    start = time.perf_counter()
-    store = RunStore(run_dir, worker_index=0, num_workers=workers, keep_fields=())
-    state = store.open()
-    elapsed = time.perf_counter() - start
-    peak = _peak_rss_mb()
-    store.close()
+    with tuned_for_run():  # as `regen run` does before it resumes
+        before = _peak_rss_mb()
+        start = time.perf_counter()
+        store = RunStore(run_dir, worker_index=0, num_workers=workers, keep_fields=())
+        state = store.open()
+        elapsed = time.perf_counter() - start
+        peak = _peak_rss_mb()
+        store.close()
     return {
         "open_s": round(elapsed, 3),
         "peak_rss_mb": round(peak, 1),

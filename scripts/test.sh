@@ -14,4 +14,6 @@ python3 -m ruff format --check pipeline tests scripts
 python3 -m ruff check pipeline tests scripts
 python3 -m mypy
 if [ "$#" -eq 0 ]; then set -- -m "not slow"; fi
-python3 -m pytest -q "$@"
+# Three pytest workers on two cores: most tests wait on simulators running at scaled real durations (the serial
+# suite used ~0.6 of a core over ~11 min); worksteal keeps the long integration tests from queueing on one worker.
+python3 -m pytest -q -n 3 --dist worksteal "$@"

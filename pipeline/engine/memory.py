@@ -13,6 +13,8 @@ import asyncio
 import ctypes
 import ctypes.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 MMAP_THRESHOLD = 16 * 1024
@@ -26,12 +28,27 @@ class _NoPandas:
             raise ModuleNotFoundError(f"pandas is not used by `regen run` (import blocked): {name}")
 
 
-def tune_for_run() -> None:
-    """Call once, early, in a process that will run a generation (not in a library user's process)."""
+@contextmanager
+def tuned_for_run() -> Iterator[None]:
+    """Around a generation run, early, in a process that will run one (not in a library user's process).
+
+    The pandas block is lifted on the way out: `regen run` called in-process (tests, notebooks) must not leave an
+    interpreter where `datasets` cannot import pandas. The allocator settings and the loop policy stay."""
+    block = None
     if "pandas" not in sys.modules:
         # pyarrow imports pandas on its first list-to-array conversion just to check for pandas types: ~1 s and
         # ~60 MB of RSS that a run never uses.
-        sys.meta_path.insert(0, _NoPandas())
+        block = _NoPandas()
+        sys.meta_path.insert(0, block)
+    try:
+        _tune()
+        yield
+    finally:
+        if block is not None and block in sys.meta_path:
+            sys.meta_path.remove(block)
+
+
+def _tune() -> None:
     import pyarrow as pa
 
     use_uvloop()
