@@ -48,3 +48,17 @@ def test_rotate_deletes_and_advances(tmp_path):
     assert writer.seq == 8
     writer.append([])  # nothing to write creates no file
     assert list_journals(tmp_path) == []
+
+
+def test_a_single_turn_row_journals_its_text_once_and_reads_back_whole(tmp_path):
+    from pipeline.store import synthetic as syn
+
+    row = syn.accepted("p0", text_bytes=5000)
+    conversation = syn.accepted("p1", text_bytes=5000)
+    conversation["turns"] = [{**conversation["turns"][0], "reasoning": "earlier turn"}, conversation["turns"][0]]
+    lines = [encode("accepted", row), encode("accepted", conversation)]
+    assert lines[0].count(row["reasoning"].encode()) == 1
+    assert lines[1].count(conversation["reasoning"].encode()) == 2  # a conversation keeps every turn
+    path = tmp_path / "worker-0.0.jsonl"
+    path.write_bytes(b"".join(lines))
+    assert [e.row for e in read_journal(path)] == [row, conversation]

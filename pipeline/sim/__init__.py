@@ -5,9 +5,22 @@ process (`add_arguments`, `config_from_args`, `run_forever`). `resolve` is SGLan
 simulated version; `prompt_key` is the key `/_sim/stats` counts generations under.
 """
 
+from typing import Any
+
 from .args import SimStartupError, resolve
-from .server import SimConfig, add_arguments, config_from_args, run_forever, serve
 from .text import prompt_key
+
+_SERVER = frozenset({"SimConfig", "add_arguments", "config_from_args", "run_forever", "serve"})
+
+
+def __getattr__(name: str) -> Any:
+    """The server half (aiohttp.web, ~0.1 s of imports) only when asked for: `regen run` imports `sim.args` for
+    the capacity rules of every SGLang release, and never serves unless a config says `url = "sim"`."""
+    if name in _SERVER:
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "SimConfig",

@@ -1,7 +1,8 @@
 """The per-worker journal: every finished row, fsynced within about a second.
 
 A journal is `RUN_DIR/journal/worker-{i}.{seq}.jsonl`, one orjson object a line:
-`{"kind": "accepted" | "rejected", "row": {...}}` with `created_at` as integer microseconds, or
+`{"kind": "accepted" | "rejected", "row": {...}}` with `created_at` as integer microseconds (plus `"own_turn": true`
+and no `turns` in the row when its only turn is the row itself: the text is journaled once), or
 `{"kind": "turn", "row": {"id", "k", "turn": {...}}}`: turn k of a conversation whose row is not finished yet, so a
 crash in the middle of a long conversation does not regenerate its finished turns. Turn entries of conversations
 still open are carried into the next journal when one is deleted (`JournalWriter.rotate`). Journal `seq` holds
@@ -21,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from ..schema import own_turn, own_turn_only
 from .durable import fsync_dir, output_errors, unlink_quiet
 
 ACCEPTED = "accepted"
@@ -61,7 +63,10 @@ def list_journals(directory: Path) -> list[JournalFile]:
 
 
 def encode(kind: str, row: dict[str, Any]) -> bytes:
-    line = orjson.dumps({"kind": kind, "row": row}, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
+    entry: dict[str, Any] = {"kind": kind, "row": row}
+    if kind != TURN and own_turn_only(row):  # the one turn is the row itself: its text is written once
+        entry = {"kind": kind, "row": {k: v for k, v in row.items() if k != "turns"}, "own_turn": True}
+    line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
     # orjson's bytes keep the capacity of its growth buffer (about 1.5x the text here): an exact-size copy
     # keeps a second of buffered 7 KB completions from costing twice their size until the next sync.
     return memoryview(line).tobytes()
@@ -103,9 +108,12 @@ def _decode(line: bytes, kinds: tuple[str, ...]) -> JournalEntry | None:
         return None
     if not isinstance(obj, dict) or obj.get("kind") not in kinds or not isinstance(obj.get("row"), dict):
         return None
-    if not isinstance(obj["row"].get("id"), str):
+    row = obj["row"]
+    if not isinstance(row.get("id"), str):
         return None
-    return JournalEntry(obj["kind"], obj["row"])
+    if obj.get("own_turn") is True:
+        row["turns"] = [own_turn(row)]
+    return JournalEntry(obj["kind"], row)
 
 
 class JournalWriter:

@@ -1,0 +1,68 @@
+"""schema.to_table: the single-turn fast path (turns built from the top-level columns, strings from one joined
+buffer) gives exactly the table Arrow's own per-value conversion gives, for every shape of row the store writes."""
+
+import pyarrow as pa
+import pytest
+
+from pipeline.records import Completion, Prompt
+from pipeline.schema import accepted_row, own_turn_only, reject_schema, rejected_row, shard_schema, to_table, turn_entry
+from pipeline.store import synthetic as syn
+
+
+def _arrow(rows, schema):
+    return pa.Table.from_arrays([pa.array([r.get(f.name) for r in rows], type=f.type) for f in schema], schema=schema)
+
+
+def _conversation(pid: str) -> dict:
+    prompt = Prompt(id=pid, messages=({"role": "user", "content": "u2"},), source="t")
+    first = Completion(reasoning="r1 é", answer="a1", finish_reason="stop", prompt_tokens=3, completion_tokens=4)
+    last = Completion(reasoning="r2 ✓", answer="a2", finish_reason="stop", prompt_tokens=5, completion_tokens=6)
+    return accepted_row(prompt, last, attempts=1, turns=[turn_entry(first, 2), turn_entry(last, 1)])
+
+
+def _single(pid: str, reasoning: str | None, answer: str) -> dict:
+    prompt = Prompt(id=pid, messages=({"role": "user", "content": "q"},), source="t")
+    completion = Completion(reasoning=reasoning, answer=answer, finish_reason="stop", completion_tokens=7)
+    return accepted_row(prompt, completion, attempts=1)
+
+
+CASES = {
+    "ascii": [syn.accepted(f"p{i}", text_bytes=700) for i in range(5)],
+    "unicode and empty": [_single("u0", "思考 🙂", "答え"), _single("u1", "", "x")],
+    "null reasoning": [_single("n0", None, "a"), _single("n1", "r", "b")],
+    "a conversation among single turns": [syn.accepted("s0"), _conversation("c0"), syn.accepted("s1")],
+    "conversations only": [_conversation("c0"), _conversation("c1")],
+}
+
+
+@pytest.mark.parametrize("rows", CASES.values(), ids=CASES.keys())
+def test_fast_path_equals_arrows_own_conversion(rows):
+    schema = shard_schema()
+    table = to_table(rows, schema)
+    table.validate(full=True)
+    assert table.equals(_arrow(rows, schema))
+    assert table.column("turns").to_pylist() == [r["turns"] for r in rows]
+
+
+def test_rejects_with_and_without_a_completion():
+    schema = reject_schema()
+    rows = [syn.rejected("r0"), syn.bad_input("b0"), syn.rejected("r1")]
+    assert [own_turn_only(r) for r in rows] == [True, False, True]
+    assert to_table(rows, schema).equals(_arrow(rows, schema))
+    assert to_table(rows[::2], schema).equals(_arrow(rows[::2], schema))
+
+
+def test_a_turn_that_differs_from_its_row_is_not_taken_for_the_row():
+    row = syn.accepted("p0")
+    row["turns"] = [{**row["turns"][0], "latency_s": 9.5}]
+    assert not own_turn_only(row)
+    assert to_table([row], shard_schema()).column("turns").to_pylist()[0][0]["latency_s"] == 9.5
+
+
+def test_a_lone_surrogate_fails_as_arrow_fails():
+    prompt = Prompt(id="x", messages=({"role": "user", "content": "q"},), source="t")
+    row = rejected_row(prompt, Completion(reasoning="bad \ud800", answer="", finish_reason="stop"), 1, "x", "y")
+    with pytest.raises(Exception) as arrow_error:
+        _arrow([row], reject_schema())
+    with pytest.raises(arrow_error.type):  # the store salvages exactly these (shards.ARROW_VALUE_ERRORS)
+        to_table([row], reject_schema())
