@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import Config, EndpointConfig
 from . import server_args
+from .drift_hints import drift_hint
 
 Expectation = tuple[str, Any, str]  # (name as written, expected value, source: "expect" | "launch")
 
@@ -139,7 +140,7 @@ def judge_expect(got: Observed, expectations: list[Expectation]) -> list[dict[st
             and (server_args.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
         ):
             ok, actual = False, f"{actual} (inert: disable_radix_cache=true)"
-        hint = "" if ok else server_args.drift_hint(key, expected, actual, info, version)
+        hint = "" if ok else drift_hint(key, expected, actual, info, version)
         if not ok and source == "launch":
             hint = f"you passed {label}={expected}, the server runs {key}={actual}: {hint}"
         checks.append(make_check(label, key, expected, actual, ok, hint))

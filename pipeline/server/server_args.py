@@ -1,10 +1,13 @@
 """What regen knows about SGLang's server arguments across versions (shared/SGLANG.md sections 4-6).
 
-Three kinds of knowledge, all pure data and pure functions:
-- key names: a launch flag or an `[expect]` key → the `/server_info` key that reports it, version-aware (the mamba
-  strategy is `mamba_scheduler_strategy` up to 0.5.12 and `mamba_radix_cache_strategy` from 0.5.14);
-- known-bad launch combinations for a target version (`known_bad`), found before anything starts;
-- hints: why SGLang reports a value other than the one asked for (`drift_hint`).
+Pure data and pure functions, of three kinds:
+- key names and values: a launch flag or an `[expect]` key → the `/server_info` key that reports it, version-aware
+  (the mamba strategy is `mamba_scheduler_strategy` up to 0.5.12 and `mamba_radix_cache_strategy` from 0.5.14),
+  and when a reported value satisfies an expectation (`same_value`);
+- what a `/server_info` says beyond its keys: the configuration fingerprint, the effective concurrency, the
+  speculative accept length;
+- known-bad launch combinations for a target version (`known_bad`), found before anything starts.
+Why SGLang reports a value other than the one asked for is drift_hints.py.
 """
 
 from __future__ import annotations
@@ -184,64 +187,6 @@ def spec_accept_length(info: Mapping[str, Any], from_response: Any = None) -> fl
     return float(from_response) if isinstance(from_response, int | float) else None
 
 
-# ---------------------------------------------------------------- hints for drift
-
-
-def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], version: str | None) -> str:
-    """Why SGLang may report `actual` where `expected` was asked for, and what to change."""
-    v = version_tuple(version)
-    spec = info.get("speculative_algorithm")
-    if key in MAMBA_KEYS:
-        return _mamba_hint(key, expected, actual, info, v)
-    if key == "speculative_algorithm":
-        if actual is None:
-            return "speculative decoding is off: launch with --speculative-algorithm (EAGLE for MTP heads)"
-        return f"SGLang reports {actual}; NEXTN is always reported as EAGLE"
-    if key == "disable_radix_cache" and actual:
-        return (
-            "SGLang disables the radix cache for hybrid models with no_buffer + speculative decoding (0.5.9), "
-            "trtllm_mha + no_buffer, and PD decode servers; use extra_buffer to keep it"
-        )
-    if key == "disable_overlap_schedule" and actual:
-        why = "mamba no_buffer, NGRAM speculative decoding"
-        if v is None or v < (0, 5, 14):
-            why += f", spec v1 (speculative_eagle_topk > 1 or {SPEC_V2_ENV} off, ≤0.5.12)"
-        return f"SGLang turns the overlap schedule off for {why}"
-    if key == "max_running_requests" and spec and actual == 48:
-        return "SGLang caps max_running_requests at 48 with speculative decoding unless --max-running-requests is set"
-    if key == "speculative_num_draft_tokens" and info.get("speculative_eagle_topk") == 1:
-        return "at speculative_eagle_topk 1 SGLang forces speculative_num_draft_tokens = speculative_num_steps + 1"
-    if key == "reasoning_parser" and not actual:
-        return "without --reasoning-parser the reasoning lands in content with its </think>; launch with it"
-    if key == "page_size":
-        return "SGLang sets page_size by attention backend (64 trtllm/flashmla, 128 cutlass_mla/fa4, 1 mamba no_buffer)"
-    if key == "served_model_name":
-        return "--served-model-name defaults to the model path; set it to generation.model"
-    if key == "chunked_prefill_size":
-        return "SGLang sizes chunked_prefill_size by GPU memory when unset and divides it by dp_size with DP attention"
-    return "SGLang resolved this server arg differently; compare /server_info with the launch flags"
-
-
-def _mamba_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], v: tuple[int, int, int] | None) -> str:
-    flag = "--" + key.replace("_", "-")
-    if info.get("disable_radix_cache") and actual == expected:
-        return f"{expected} is inert with --disable-radix-cache (≥0.5.14): no mamba state is cached"
-    if expected == "extra_buffer" and actual == "no_buffer":
-        if v is not None and v < (0, 5, 14):
-            extra = f" and set {SPEC_V2_ENV}=1" if v < (0, 5, 12) and info.get("speculative_algorithm") else ""
-            if info.get("disable_radix_cache") and v >= (0, 5, 10):
-                extra += " and drop --disable-radix-cache (0.5.10-0.5.12 refuse extra_buffer with it)"
-            return (
-                f"SGLang {'.'.join(map(str, v))} resolves auto (the default) to no_buffer: pass "
-                f"{flag} extra_buffer explicitly{extra}; a PD decode server (0.5.12) also falls back to no_buffer"
-            )
-        return (
-            f"auto picks no_buffer when the overlap schedule is off with page_size 1, or the architecture / "
-            f"linear_attn_backend has no extra buffer: pass {flag} extra_buffer explicitly"
-        )
-    return f"SGLang resolved {flag} to {actual}; pass the strategy explicitly"
-
-
 # ---------------------------------------------------------------- known-bad launch combinations
 
 
@@ -364,7 +309,7 @@ def _mamba(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, 
     if strategy == "extra_buffer" and model and not _supports_extra_buffer(model):
         out.append(_problem(name, f"{model} does not support extra_buffer", "use no_buffer", True))
     if v < (0, 5, 14):
-        out += _mamba_old(given, env, v, name, strategy, spec, radix_off)
+        out += _mamba_old(env, v, name, strategy, spec, radix_off)
     elif strategy == "no_buffer" and not radix_off and not given.get("disable_overlap_schedule"):
         out.append(
             _problem(
@@ -387,14 +332,10 @@ def _mamba(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, 
 
 
 def _mamba_old(
-    given: Mapping[str, Any],
-    env: Mapping[str, str],
-    v: tuple[int, int, int],
-    name: str,
-    strategy: str,
-    spec: bool,
-    radix_off: bool,
+    env: Mapping[str, str], v: tuple[int, int, int], name: str, strategy: str, spec: bool, radix_off: bool
 ) -> list[dict[str, Any]]:
+    """SGLang ≤0.5.12, where auto means no_buffer: what the strategy does with the radix cache and speculative
+    decoding."""
     out = []
     if strategy == "auto":
         out.append(
@@ -405,6 +346,25 @@ def _mamba_old(
                 False,
             )
         )
+    out += _old_radix_cache(v, name, strategy, spec, radix_off)
+    if strategy == "extra_buffer" and spec and v < (0, 5, 12) and not spec_v2_enabled(env, v):
+        out.append(
+            _problem(
+                SPEC_V2_ENV,
+                f"on {'.'.join(map(str, v))} extra_buffer with speculative decoding needs {SPEC_V2_ENV}=1 "
+                "(without it SGLang runs spec v1 with the overlap schedule off)",
+                f'add {SPEC_V2_ENV} = "1" to [launch].env',
+                False,
+            )
+        )
+    return out
+
+
+def _old_radix_cache(
+    v: tuple[int, int, int], name: str, strategy: str, spec: bool, radix_off: bool
+) -> list[dict[str, Any]]:
+    """The strategies SGLang 0.5.9-0.5.12 refuses, or quietly undoes, with the radix cache on or off."""
+    out = []
     if strategy == "extra_buffer" and radix_off and v >= (0, 5, 10):
         out.append(
             _problem(
@@ -414,35 +374,26 @@ def _mamba_old(
                 True,
             )
         )
-    if strategy in ("auto", "no_buffer") and spec and not radix_off:
-        if v >= (0, 5, 10):
-            out.append(
-                _problem(
-                    name,
-                    "no_buffer (auto) with speculative decoding and the radix cache is refused on 0.5.10-0.5.12 "
-                    "(ValueError at start)",
-                    f"pass {name} extra_buffer"
-                    + (f" and {SPEC_V2_ENV}=1" if v < (0, 5, 12) else "")
-                    + ", or disable-radix-cache = true",
-                    True,
-                )
-            )
-        else:
-            out.append(
-                _problem(
-                    name,
-                    "SGLang 0.5.9 silently disables the radix cache for no_buffer + speculative decoding",
-                    f"pass {name} extra_buffer",
-                    False,
-                )
-            )
-    if strategy == "extra_buffer" and spec and v < (0, 5, 12) and not spec_v2_enabled(env, v):
+    if strategy not in ("auto", "no_buffer") or not spec or radix_off:
+        return out
+    if v >= (0, 5, 10):
         out.append(
             _problem(
-                SPEC_V2_ENV,
-                f"on {'.'.join(map(str, v))} extra_buffer with speculative decoding needs {SPEC_V2_ENV}=1 "
-                "(without it SGLang runs spec v1 with the overlap schedule off)",
-                f'add {SPEC_V2_ENV} = "1" to [launch].env',
+                name,
+                "no_buffer (auto) with speculative decoding and the radix cache is refused on 0.5.10-0.5.12 "
+                "(ValueError at start)",
+                f"pass {name} extra_buffer"
+                + (f" and {SPEC_V2_ENV}=1" if v < (0, 5, 12) else "")
+                + ", or disable-radix-cache = true",
+                True,
+            )
+        )
+    else:
+        out.append(
+            _problem(
+                name,
+                "SGLang 0.5.9 silently disables the radix cache for no_buffer + speculative decoding",
+                f"pass {name} extra_buffer",
                 False,
             )
         )
