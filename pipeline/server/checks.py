@@ -185,6 +185,8 @@ def judge_concurrency(
 
 
 def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
+    """What the probe completion shows: whether the reasoning comes apart from the answer, and (on a server, not a
+    router) whether speculative decoding is on. A missing parser is drift only when [expect] asks for one."""
     probe = got.probe
     if probe is None:
         return []
@@ -192,64 +194,58 @@ def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[
         return [
             make_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")
         ]
-    content, reasoning = probe["content"], probe["reasoning"]
-    must = "reasoning_parser" in expect_keys  # a missing parser is drift only when [expect] asks for one
+    must = "reasoning_parser" in expect_keys
     if cfg.generation.thinking:
-        separated = bool(reasoning) and "</think>" not in content
-        actual = (
-            f"reasoning {len(reasoning)} chars, answer {len(content)} chars"
-            if separated
-            else "reasoning inside content"
-            if "</think>" in content or not reasoning
-            else "?"
-        )
-        hint = (
-            ""
-            if separated
-            else (
-                "no --reasoning-parser (or separate_reasoning off): the client splits at "
-                "</think> itself, but launch with --reasoning-parser qwen3"
-            )
-        )
-        checks = [
-            make_check(
-                "thinking",
-                "reasoning_content",
-                "separated",
-                actual,
-                separated or not must,
-                hint,
-                None if separated or must else "warning",
-            )
-        ]
+        checks = [_separated_check(probe["content"], probe["reasoning"], must)]
     else:
-        clean = "</think>" not in content
-        checks = [
-            make_check(
-                "thinking",
-                "content",
-                "no think markers",
-                "clean" if clean else "</think> in content",
-                clean or not must,
-                "" if clean else "thinking is off but the answer carries </think>",
-            )
-        ]
-    derived = derived_values(got)
+        checks = [_clean_check(probe["content"], must)]
     if got.router_workers is None and not {"speculative_decoding", "spec_accept_length"} & expect_keys:
-        spec = (got.info or {}).get("speculative_algorithm")
-        accept = derived["spec_accept_length"]
-        actual = f"{spec}, accept length {accept}" if spec else "off"
-        checks.append(
-            make_check(
-                "speculative",
-                "speculative_algorithm",
-                None,
-                actual,
-                True,
-                "" if spec else "launch with --speculative-algorithm to decode faster",
-            )
-        )
+        checks.append(_speculative_check(got))
     return checks
+
+
+def _separated_check(content: str, reasoning: str | None, must: bool) -> dict[str, Any]:
+    """Thinking on: the reasoning in its own field, no </think> left in the answer."""
+    separated = bool(reasoning) and "</think>" not in content
+    actual = (
+        f"reasoning {len(reasoning or '')} chars, answer {len(content)} chars"
+        if separated
+        else "reasoning inside content"
+        if "</think>" in content or not reasoning
+        else "?"
+    )
+    hint = (
+        ""
+        if separated
+        else (
+            "no --reasoning-parser (or separate_reasoning off): the client splits at "
+            "</think> itself, but launch with --reasoning-parser qwen3"
+        )
+    )
+    level = None if separated or must else "warning"
+    return make_check("thinking", "reasoning_content", "separated", actual, separated or not must, hint, level)
+
+
+def _clean_check(content: str, must: bool) -> dict[str, Any]:
+    """Thinking off: no think markers in the answer."""
+    clean = "</think>" not in content
+    return make_check(
+        "thinking",
+        "content",
+        "no think markers",
+        "clean" if clean else "</think> in content",
+        clean or not must,
+        "" if clean else "thinking is off but the answer carries </think>",
+    )
+
+
+def _speculative_check(got: Observed) -> dict[str, Any]:
+    """Information: the speculative algorithm and its accept length, or a nudge to turn it on."""
+    spec = (got.info or {}).get("speculative_algorithm")
+    accept = derived_values(got)["spec_accept_length"]
+    actual = f"{spec}, accept length {accept}" if spec else "off"
+    hint = "" if spec else "launch with --speculative-algorithm to decode faster"
+    return make_check("speculative", "speculative_algorithm", None, actual, True, hint)
 
 
 def info_of(got: Observed) -> dict[str, Any]:
