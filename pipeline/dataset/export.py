@@ -24,11 +24,12 @@ from typing import IO, Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, InputError, OutputError
 from ..schema import BASE_FIELDS, REJECT_FIELDS, to_table
-from ..store import id_hash
+from ..store import id_hash, id_hashes
 from ..store.files import damaged_parts, readable_parts
 from ..store.scan import duplicated_hashes
 from .card import CardOptions, write_card
@@ -110,9 +111,13 @@ def export_run(
         parts = readable_parts(run_dir / kind)
         schema = convert.schema(_keep_fields(parts), rejects=kind == "rejects")
         writer = SplitWriter(out / DATA_DIR, split, file_format, schema, rows_per_file)
+        if isinstance(convert, BatchOutput):
+            convert.expect(_SampleCounts(parts).size)
         with writer:
             for batch in _batches(parts):
                 writer.write(convert.rows(once.first(batch)))
+            if isinstance(convert, BatchOutput):
+                writer.write(convert.finish())
         files += writer.files
         counts[split] = writer.rows
         if schema is not None and writer.rows:
@@ -187,6 +192,46 @@ def _batches(parts: list[Path]) -> Iterator[list[Row]]:
                 yield batch.to_pylist()
         except FileNotFoundError:
             raise InputError(f"{path}: vanished during export (is a merge running?); export again") from None
+
+
+class _SampleCounts:
+    """How many rows of some parts are samples of each input row (`source_id`), each id counted once, as `_Once`
+    lets it through. Read from the id columns only, as 64-bit hashes (16 bytes per sample row); a part whose
+    footer says it has no sample (schema 1, or `source_id` all null) is not read at all."""
+
+    def __init__(self, parts: list[Path]) -> None:
+        ids, sources = [np.empty(0, dtype=np.uint64)], [np.empty(0, dtype=np.uint64)]
+        for path in parts:
+            try:
+                if not _has_samples(pq.ParquetFile(path).metadata):
+                    continue
+                table = pq.read_table(path, columns=["id", "source_id"])
+            except FileNotFoundError:
+                raise InputError(f"{path}: vanished during export (is a merge running?); export again") from None
+            table = table.filter(pc.is_valid(table["source_id"]))
+            ids.append(id_hashes(table["id"].to_pylist()))
+            sources.append(id_hashes(table["source_id"].to_pylist()))
+        _, first = np.unique(np.concatenate(ids), return_index=True)
+        self.keys, self.counts = np.unique(np.concatenate(sources)[first], return_counts=True)
+
+    def size(self, source_id: str) -> int:
+        key = np.uint64(id_hash(source_id))
+        at = int(np.searchsorted(self.keys, key))
+        return int(self.counts[at]) if at < len(self.keys) and self.keys[at] == key else 0
+
+
+def _has_samples(meta: pq.FileMetaData) -> bool:
+    """Whether a part may hold a non-null `source_id` (True when its statistics cannot tell)."""
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if "source_id" not in names:
+        return False
+    column, nulls = names.index("source_id"), 0
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(column).statistics
+        if stats is None or not stats.has_null_count:
+            return True
+        nulls += stats.null_count
+    return nulls < meta.num_rows
 
 
 class _Once:

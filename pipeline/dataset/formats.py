@@ -6,7 +6,7 @@
 | `sharegpt` | conversation (or generated turn) | `conversations` [{from, value, reasoning_content?}] |
 | `specforge` | conversation (or generated turn) | `status`, `conversations` (SpecForge's regenerated shape) |
 | `prompt-completion` | last turn (or generated turn) | `prompt`, `completion` (TRL's conversational shape) |
-| `openai-batch-output` | row | `custom_id`, `response`, `error` |
+| `openai-batch-output` | request (the samples of one row are one line) | `custom_id`, `response`, `error` |
 
 `expand_turns` gives one row per generated assistant turn (`<id>#turn<k>`, the history without reasoning, the
 turn with it). A format may skip rows its consumer would refuse (SpecForge's rules); `skipped` counts them by why.
@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..schema import REJECT_FIELDS
 from .shapes import (
     Message,
@@ -173,18 +174,47 @@ class Converter:
 
 
 class BatchOutput:
-    """OpenAI / vLLM `run-batch` output lines, one per row."""
+    """OpenAI / vLLM `run-batch` output lines, one per request.
+
+    The samples of one input row (ids `<custom_id>#<k>` with `source_id`, from generation.samples or an OpenAI batch
+    body's `n`) are one line under the row's custom_id with a choice per sample (`index` k), as OpenAI writes a
+    request with n > 1. Samples of one row can lie in different parts, so a line is written when the last of its
+    samples in this split arrives: `expect` is told, before a split, how many that is for each source id (export.py
+    counts them from the id columns), and `finish` writes any group left open.
+    """
 
     def __init__(self) -> None:
         self.skipped: Counter[str] = Counter()
         self._rejects = False
+        self._size: Callable[[str], int] = lambda source_id: 0
+        self._open: dict[str, list[Row]] = {}
 
     def schema(self, keep_fields: list[str], *, rejects: bool) -> pa.Schema | None:
         self._rejects = rejects
         return None
 
+    def expect(self, size: Callable[[str], int]) -> None:
+        """Start a split whose rows carrying `source_id` s number `size(s)` (each id counted once)."""
+        self._size, self._open = size, {}
+
     def rows(self, batch: list[Row]) -> list[Row]:
-        return [batch_output_line(row, rejected=self._rejects) for row in batch]
+        out = []
+        for row in batch:
+            source = row.get("source_id")
+            if source is None:
+                out.append(batch_output_line(row, rejected=self._rejects))
+                continue
+            group = self._open.setdefault(source, [])
+            group.append(row)
+            if len(group) >= self._size(source):
+                out.append(batch_output_group(self._open.pop(source), rejected=self._rejects))
+        return out
+
+    def finish(self) -> list[Row]:
+        """The lines of groups still open at the end of a split (only when `expect` counted more than came)."""
+        out = [batch_output_group(group, rejected=self._rejects) for group in self._open.values()]
+        self._open = {}
+        return out
 
 
 def batch_output_line(row: Row, *, rejected: bool = False) -> Row:
@@ -193,29 +223,78 @@ def batch_output_line(row: Row, *, rejected: bool = False) -> Row:
     Line and request ids are derived from the regen id, so exporting twice gives identical files. A rejected row
     carries `error: {code: reason, message: detail}`, and a `response` only if a completion was received.
     """
-    digest = hashlib.sha256(row["id"].encode()).hexdigest()
-    has_completion = row.get("finish_reason") is not None or row.get("answer") is not None
-    response = None
-    if not rejected or has_completion:
-        response = {"status_code": 200, "request_id": f"regen-req-{digest[:24]}", "body": _completion_body(row, digest)}
     error = {"code": row.get("reason"), "message": row.get("detail")} if rejected else None
-    return {"id": f"regen-batch-{digest[:24]}", "custom_id": row["id"], "response": response, "error": error}
+    return _line(row["id"], [(0, row)], rejected=rejected, error=error)
 
 
-def _completion_body(row: Row, digest: str) -> Row:
-    prompt, completion = row.get("prompt_tokens"), row.get("completion_tokens")
+def batch_output_group(rows: list[Row], *, rejected: bool = False) -> Row:
+    """One line for the samples of one input row: `custom_id` is their `source_id`, choice `index` each sample's k.
+
+    A rejected group's `error.code` is the reason of its lowest sample, `error.message` lists every sample as
+    `#k reason: detail`; its `response` holds the samples that received a completion, if any did.
+    """
+    samples = sorted(((_sample_index(row), row) for row in rows), key=lambda sample: sample[0])
+    error = None
+    if rejected:
+        listed = "; ".join(f"#{k} {row.get('reason')}: {row.get('detail')}" for k, row in samples)
+        error = {"code": samples[0][1].get("reason"), "message": listed}
+    return _line(rows[0]["source_id"], samples, rejected=rejected, error=error)
+
+
+def _sample_index(row: Row) -> int:
+    """k of a sample id `<source_id>#<k>`."""
+    head, _, k = row["id"].rpartition("#")
+    if head != row["source_id"] or not k.isdigit():
+        raise InputError(f"row {row['id']!r} has source_id {row['source_id']!r} but is not one of its samples")
+    return int(k)
+
+
+def _line(custom_id: str, samples: list[tuple[int, Row]], *, rejected: bool, error: Row | None) -> Row:
+    digest = hashlib.sha256(custom_id.encode()).hexdigest()
+    answered = [(k, row) for k, row in samples if not rejected or _has_completion(row)]
+    response = None
+    if answered:
+        body = _completion_body(answered, digest)
+        response = {"status_code": 200, "request_id": f"regen-req-{digest[:24]}", "body": body}
+    return {"id": f"regen-batch-{digest[:24]}", "custom_id": custom_id, "response": response, "error": error}
+
+
+def _has_completion(row: Row) -> bool:
+    return row.get("finish_reason") is not None or row.get("answer") is not None
+
+
+def _completion_body(samples: list[tuple[int, Row]], digest: str) -> Row:
+    """A chat.completion with one choice per sample; usage counts the prompt once and sums the completions, as
+    OpenAI does for n > 1 (a sum is null when one of its terms is unknown)."""
+    rows = [row for _, row in samples]
+    prompt = rows[0].get("prompt_tokens")
+    completion = _sum(row.get("completion_tokens") for row in rows)
     usage: Row = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": None}
     if prompt is not None and completion is not None:
         usage["total_tokens"] = prompt + completion
-    if row.get("reasoning_tokens") is not None:
-        usage["completion_tokens_details"] = {"reasoning_tokens": row["reasoning_tokens"]}
-    created = row.get("created_at")
-    message = {"role": "assistant", "content": row.get("answer"), "reasoning_content": row.get("reasoning")}
+    reasoning = _sum(row.get("reasoning_tokens") for row in rows)
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    created = min((row["created_at"] for row in rows if row.get("created_at") is not None), default=None)
     return {
         "id": f"chatcmpl-{digest[:24]}",
         "object": "chat.completion",
         "created": int(created.timestamp()) if created is not None else 0,
-        "model": row.get("model"),
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": row.get("finish_reason")}],
+        "model": rows[0].get("model"),
+        "choices": [_choice(k, row) for k, row in samples],
         "usage": usage,
     }
+
+
+def _choice(index: int, row: Row) -> Row:
+    message = {"role": "assistant", "content": row.get("answer"), "reasoning_content": row.get("reasoning")}
+    return {"index": index, "message": message, "logprobs": None, "finish_reason": row.get("finish_reason")}
+
+
+def _sum(values: Any) -> int | None:
+    total = 0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total

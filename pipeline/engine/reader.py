@@ -17,10 +17,18 @@ runs and machines, but changing `system_prompt` changes it, and identical prompt
 count as duplicates. A bad row with no usable id gets "bad-input:<file name>:<row>" (the path relative to the
 inputs' common folder when two files share a name).
 
-Duplicates: `check_duplicates` puts a 64-bit hash of every id into a numpy array (8 bytes a row, 8 MB per million
-rows), sorts it to find the few hashes seen more than once, then rereads only the ids with those hashes to confirm
-them exactly, so a hash collision is never reported. With `dedupe`, `iter_batches` remembers only the ids known to
-repeat, so its memory grows with the number of duplicates, not with the dataset.
+Samples: a row yields `generation.samples` items, ids `<id>#<k>` (k = 0..N-1) with `source_id` = the row's id, or
+one item under its own id when N is 1. In an OpenAI batch file with `input.request_overrides`, a body's `n` replaces
+generation.samples (and generation.temperatures) for its row: `n = k` gives k items, `<custom_id>#<j>`; `n = 1` the
+custom_id alone. An `n` that is not an integer from 1 to MAX_ROW_SAMPLES stops the run (InputError naming the file
+and row): it decides which ids exist, so it cannot wait for the row to be rejected.
+
+Duplicates are found among the ids iter_batches yields (sample ids included, so a row `a` with n = 2 and a row
+`a#0` collide): `check_duplicates` puts a 64-bit hash of every id into a numpy array (8 bytes an id, 8 MB per
+million), sorts it to find the few hashes seen more than once, then rereads only the ids with those hashes to confirm
+them exactly, so a hash collision is never reported. With `dedupe`, `iter_batches` keeps the first occurrence of each
+id and remembers only the ids known to repeat, so its memory grows with the number of duplicates, not with the
+dataset.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ SAMPLING_FIELDS = {
     "max_completion_tokens": True,
     "seed": True,
 }
+MAX_ROW_SAMPLES = 128  # the largest body.n a row may ask for (OpenAI's own limit on n)
 
 
 class _Problem(Exception):
@@ -66,7 +75,7 @@ class _Problem(Exception):
 
 
 def sample_id(input_id: str, k: int) -> str:
-    """The id of sample k of an input row when generation.samples > 1."""
+    """The id of sample k of an input row that yields several (generation.samples or an OpenAI batch body's n)."""
     return f"{input_id}#{k}"
 
 
@@ -124,12 +133,13 @@ class PromptReader:
         batch: list[Prompt | BadInput] = []
         for path, rows in self._chunks(self._columns(with_keep=True), ids_only=None):
             for row, data in rows:
-                item = self._normalise(path, row, data)
-                if item.id in repeats:
-                    if item.id in seen:
-                        continue
-                    seen.add(item.id)
-                batch += self._samples(item)
+                count, own = self._sample_count(path, row, data)
+                for item in self._samples(self._normalise(path, row, data), count, temperatures=not own):
+                    if item.id in repeats:
+                        if item.id in seen:
+                            continue
+                        seen.add(item.id)
+                    batch.append(item)
                 if len(batch) >= self._cfg.batch_rows:
                     yield batch
                     batch = []
@@ -141,9 +151,8 @@ class PromptReader:
 
         Parquet files whose id column has no nulls (by the footer statistics) are read for that column only.
         """
-        n = self._gen.samples
         for _, rows in self._scan():
-            yield [item_id for _, item_id in rows] if n == 1 else [sample_id(i, k) for _, i in rows for k in range(n)]
+            yield [item_id for _, item_id in rows]
         self._warn_unhonoured()
 
     def _warn_unhonoured(self) -> None:
@@ -153,7 +162,8 @@ class PromptReader:
             return
         hints = {
             "model": f"requests go to generation.model = {self._gen.model!r}",
-            "n": "one completion per request; generation.samples makes several",
+            "n": "one completion per request; set input.request_overrides = true to make n samples per row "
+            "(as generation.samples does)",
             **{k: "set input.request_overrides = true to use it" for k in SAMPLING_FIELDS},
         }
         listed = [f"{k} ({n} rows{'; ' + hints[k] if k in hints else ''})" for k, n in self._unhonoured.most_common()]
@@ -169,7 +179,7 @@ class PromptReader:
         if self._unhonoured is None or not isinstance(body, dict):
             return
         for key, value in body.items():
-            if key == "messages" or (key in SAMPLING_FIELDS and self._cfg.request_overrides):
+            if key == "messages" or (key in (*SAMPLING_FIELDS, "n") and self._cfg.request_overrides):
                 continue
             if key == "model" and value == self._gen.model:
                 continue
@@ -261,17 +271,25 @@ class PromptReader:
         return self._cfg.select != "invalid" or audit_row(data, self._audit).failing
 
     def _scan(self) -> Iterator[tuple[Path, list[tuple[int, str]]]]:
+        """Each row's number with every id iter_batches yields for it (one per sample), without building Prompts."""
         whole = self._openai or self._cfg.select == "invalid"  # judging a row's turns needs more than its id
         ids_only = None if whole else self._cfg.id_field
         for path, rows in self._chunks(self._columns(with_keep=False), ids_only):
-            yield path, [(row, self._row_id(path, row, data)) for row, data in rows]
+            found: list[tuple[int, str]] = []
+            for row, data in rows:
+                if self._openai and isinstance(data, dict):
+                    self._note_body(data)  # here, not in _row_id, which --only-ids also calls: each row counts once
+                row_id, (count, _) = self._row_id(path, row, data), self._sample_count(path, row, data)
+                if count == 1:
+                    found.append((row, row_id))
+                else:
+                    found.extend((row, sample_id(row_id, k)) for k in range(count))
+            yield path, found
 
     # ------------------------------------------------------------ rows
 
     def _row_id(self, path: Path, row: int, data: Any) -> str:
         """The id `_normalise` would give, cheaply when the row carries one."""
-        if isinstance(data, dict) and self._openai:
-            self._note_body(data)
         if isinstance(data, dict):
             try:
                 given = self._given_id(data, self._json(path))
@@ -310,9 +328,22 @@ class PromptReader:
             raise _Problem(str(exc)) from None
         return () if positions == (len(messages),) else positions
 
-    def _samples(self, item: Prompt | BadInput) -> list[Prompt | BadInput]:
-        """`generation.samples` items for one input row: ids `<id>#<k>`, each its own temperature if a list says."""
-        n = self._gen.samples
+    def _sample_count(self, path: Path, row: int, data: Any) -> tuple[int, bool]:
+        """How many samples a row yields, and whether the row itself asked (an honoured OpenAI batch `body.n`)
+        rather than generation.samples."""
+        body = data.get("body") if self._openai and self._cfg.request_overrides and isinstance(data, dict) else None
+        n = body.get("n") if isinstance(body, dict) else None
+        if n is None:
+            return self._gen.samples, False
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ROW_SAMPLES:
+            raise InputError(
+                f"{path}:{row}: body.n must be an integer from 1 to {MAX_ROW_SAMPLES} (the samples of this request), "
+                f"got {_tname(n)} {_short(n)}"
+            )
+        return n, True
+
+    def _samples(self, item: Prompt | BadInput, n: int, *, temperatures: bool) -> list[Prompt | BadInput]:
+        """`n` items for one input row: ids `<id>#<k>`, each with generation.temperatures[k] if `temperatures`."""
         if n == 1:
             return [item]
         if isinstance(item, BadInput):
@@ -320,7 +351,7 @@ class PromptReader:
         out: list[Prompt | BadInput] = []
         for k in range(n):
             extra = dict(item.extra)
-            if self._gen.temperatures:
+            if temperatures and self._gen.temperatures:
                 extra[SAMPLE_TEMPERATURE] = self._gen.temperatures[k]
             out.append(dataclasses.replace(item, id=sample_id(item.id, k), source_id=item.id, extra=extra))
         return out
