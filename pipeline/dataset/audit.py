@@ -8,7 +8,7 @@ gives length distributions and a few examples per reason (seeded), and `--ids-ou
 
 One streaming pass: rows are judged a block at a time (JSONL: blocks of lines in a pool of processes,
 dataset/line_blocks.py; other formats: `batch_rows` rows here), each block's counts merged in reading order, and
-only counters, fixed-size samples (lengths and examples) and the group table (at most MAX_GROUPS values) are kept,
+only counters, fixed-size samples (lengths and examples, dataset/reservoirs.py) and the group table (at most MAX_GROUPS values) are kept,
 so memory does not grow with the row count.
 `audit_row` is also what `input.select = "invalid"` (engine/reader.py) and the repaired export (dataset/repair.py) use,
 so the three agree on which rows are broken.
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
 import orjson
 
 from .. import conversation
@@ -39,13 +38,13 @@ from ..validator import validate
 from .input_files import Broken, resolve
 from .input_files import _parse_line as parse_line
 from .line_blocks import BLOCK_BYTES, line_blocks, line_ranges, ordered_map, read_range
+from .reservoirs import Examples, Reservoir
 from .stored import StoredTurn, given_id, read_chunks, stored_turns
 
 BAD_INPUT = "bad_input"
 MAX_GROUPS = 1000  # distinct values of the --by column kept apart; the rest count under OTHER
 OTHER = "(other)"
 EXAMPLE_CHARS = 600
-PERCENTILES = (1, 10, 50, 90, 99)
 
 
 @dataclass(frozen=True)
@@ -237,7 +236,7 @@ class _Part:
         self.turns_by_reason: Counter[str] = Counter()
         self.by_turn: dict[int, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}  # every value of the block: at most its rows
-        self.examples = _Examples(random.Random(f"{opts.seed}:{block}"), opts.examples)
+        self.examples = Examples(random.Random(f"{opts.seed}:{block}"), opts.examples)
         self.lengths: dict[str, list[int]] = {"answer_chars": [], "reasoning_chars": []}
         self.failing: list[str | int] = []
 
@@ -301,8 +300,8 @@ class _Tally:
     def __init__(self, opts: AuditOptions) -> None:
         self.opts = opts
         self.total = _Part(opts, -1)
-        self.examples = _Examples(random.Random(opts.seed), opts.examples)
-        self.lengths = {"answer_chars": _Reservoir(opts.seed), "reasoning_chars": _Reservoir(opts.seed + 1)}
+        self.examples = Examples(random.Random(opts.seed), opts.examples)
+        self.lengths = {"answer_chars": Reservoir(opts.seed), "reasoning_chars": Reservoir(opts.seed + 1)}
         self.path, self.line = "", 1  # the file of the last block merged, and the line number its next block starts at
 
     def merge(self, part: _Part) -> list[str]:
@@ -326,7 +325,9 @@ class _Tally:
             into["rows"] += group["rows"]
             into["failing_rows"] += group["failing_rows"]
             into["by_reason"].update(group["by_reason"])
-        self.examples.merge(part.examples, offset, f"{part.path}:", self.line)
+        self.examples.merge(
+            part.examples, functools.partial(_placed, offset=offset, file=f"{part.path}:", line=self.line)
+        )
         self.line += part.lines
         for name, values in part.lengths.items():
             self.lengths[name].extend(values)
@@ -371,45 +372,6 @@ def _clip(text: str) -> str:
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS // 2] + " … " + text[-EXAMPLE_CHARS // 2 :]
 
 
-class _Examples:
-    """Up to `k` examples per reason, a uniform choice among all (reservoir sampling, seeded): the same data and
-    seed give the same examples. An example's text is built only when it is kept. Two reservoirs merge into one
-    of the union: how many come from each side follows the hypergeometric law, drawn with this one's generator."""
-
-    def __init__(self, rng: random.Random, k: int) -> None:
-        self.rng = rng
-        self.k = k
-        self.seen: Counter[str] = Counter()
-        self.kept: dict[str, list[dict[str, Any]]] = {}
-
-    def offer(self, reason: str, example: Any) -> None:
-        self.seen[reason] += 1
-        kept = self.kept.setdefault(reason, [])
-        if len(kept) < self.k:
-            kept.append(example() if callable(example) else example)
-        elif (j := self.rng.randrange(self.seen[reason])) < self.k:
-            kept[j] = example() if callable(example) else example
-
-    def merge(self, other: _Examples, offset: int, file: str, line: int) -> None:
-        """Take in a later block's reservoir; its row-index ids become `row:<offset + index>`, its line offsets
-        `file:<line + offset>`."""
-        for reason, n in other.seen.items():
-            theirs = [_placed(ex, offset, file, line) for ex in other.kept[reason]]
-            mine, m = self.kept.setdefault(reason, []), self.seen[reason]
-            take, a, b = 0, m, n
-            for _ in range(min(self.k, m + n)):  # draws without replacement from the two populations
-                if self.rng.randrange(a + b) < a:
-                    take, a = take + 1, a - 1
-                else:
-                    b -= 1
-            rest = min(self.k, m + n) - take
-            self.kept[reason] = self.rng.sample(mine, take) + self.rng.sample(theirs, rest)
-            self.seen[reason] += n
-
-    def chosen(self) -> dict[str, list[dict[str, Any]]]:
-        return {reason: self.kept[reason] for reason in sorted(self.kept)}
-
-
 def _placed(example: dict[str, Any], offset: int, file: str, line: int) -> dict[str, Any]:
     """An example of a block with its row and line numbers counted over the whole input."""
     row, source = example["id"], example["source"]
@@ -418,53 +380,6 @@ def _placed(example: dict[str, Any], offset: int, file: str, line: int) -> dict[
     if isinstance(source, int):
         example = {**example, "source": f"{file}{line + source}"}
     return example
-
-
-class _Reservoir:
-    """Exact count, mean and max, and a uniform sample of at most `size` values for percentiles (Algorithm R,
-    vectorised per chunk, seeded), so a length distribution costs the same memory at 1K or 1M turns."""
-
-    def __init__(self, seed: int, size: int = 100_000) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.size = size
-        self.values = np.empty(size, dtype=np.float64)
-        self.seen = 0
-        self.total = 0.0
-        self.max = 0.0
-
-    def extend(self, chunk: Sequence[float]) -> None:
-        if not chunk:
-            return
-        x = np.asarray(chunk, dtype=np.float64)
-        self.total += float(x.sum())
-        self.max = max(self.max, float(x.max()))
-        free = max(0, min(len(x), self.size - self.seen))
-        self.values[self.seen : self.seen + free] = x[:free]
-        if free < len(x):
-            slots = self.rng.integers(0, np.arange(self.seen + free, self.seen + len(x)) + 1)
-            keep = slots < self.size
-            self.values[slots[keep]] = x[free:][keep]
-        self.seen += len(x)
-
-    def sample(self) -> np.ndarray:
-        return self.values[: min(self.seen, self.size)]
-
-    def percentiles(self) -> dict[str, float | None]:
-        if not self.seen:
-            return {"count": 0, **{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
-        qs = np.percentile(self.sample(), PERCENTILES)
-        out: dict[str, float | None] = {"count": self.seen}
-        out.update({f"p{q}": float(v) for q, v in zip(PERCENTILES, qs, strict=True)})
-        out.update(mean=self.total / self.seen, max=self.max)
-        return out
-
-    def histogram(self, bins: int = 40) -> dict[str, list[float]]:
-        sample = self.sample()
-        if not sample.size:
-            return {"edges": [], "counts": []}
-        counts, edges = np.histogram(sample, bins=bins)
-        scale = self.seen / sample.size  # a sampled histogram, scaled back to the number of turns
-        return {"edges": edges.tolist(), "counts": (counts * scale).round().tolist()}
 
 
 # ---------------------------------------------------------------- the id list
