@@ -8,8 +8,8 @@ gives length distributions and a few examples per reason (seeded), and `--ids-ou
 
 One streaming pass: rows are judged a block at a time (JSONL: blocks of lines in a pool of processes,
 dataset/line_blocks.py; other formats: `batch_rows` rows here), each block's counts merged in reading order, and
-only counters, fixed-size samples (lengths and examples, dataset/reservoirs.py) and the group table (at most MAX_GROUPS values) are kept,
-so memory does not grow with the row count.
+only counters, fixed-size samples (lengths and examples, dataset/reservoirs.py) and the group table (at most
+MAX_GROUPS values) are kept, so memory does not grow with the row count.
 `audit_row` is also what `input.select = "invalid"` (engine/reader.py) and the repaired export (dataset/repair.py) use,
 so the three agree on which rows are broken.
 """
