@@ -36,6 +36,7 @@ class BadInput:
     source: str
     detail: str
     extra: dict[str, Any] = field(default_factory=dict)
+    source_id: str | None = None  # the input row's id when this is one of its samples
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,6 +171,7 @@ def bad_input_row(bad: BadInput) -> dict[str, Any]:
         "created_at": _now_us(),
         "reason": "bad_input",
         "detail": f"{bad.source}: {bad.detail}",
+        "source_id": bad.source_id,
         **_kept(bad.extra),
     }
 

@@ -347,7 +347,7 @@ class PromptReader:
         if n == 1:
             return [item]
         if isinstance(item, BadInput):
-            return [dataclasses.replace(item, id=sample_id(item.id, k)) for k in range(n)]
+            return [dataclasses.replace(item, id=sample_id(item.id, k), source_id=item.id) for k in range(n)]
         out: list[Prompt | BadInput] = []
         for k in range(n):
             extra = dict(item.extra)

@@ -118,6 +118,8 @@ def test_n_runs_as_samples_resumes_and_exports_as_choices(tmp_path: Path, sim) -
         assert [c["index"] for c in choices] == list(range(k))
         ids = [custom_id] if k == 1 else [f"{custom_id}#{j}" for j in range(k)]
         assert [c["message"]["content"] for c in choices] == [answers[i] for i in ids]
-    # bad_input rows carry no source_id (schema.bad_input_row writes none), so each sample is its own line
-    assert sorted(line["custom_id"] for line in lines["rejects"]) == ["bad#0", "bad#1"]
-    assert {line["error"]["code"] for line in lines["rejects"]} == {"bad_input"}
+    # a bad row's samples carry its source_id like any sample: one line with both reasons
+    assert [line["custom_id"] for line in lines["rejects"]] == ["bad"]
+    assert lines["rejects"][0]["error"]["code"] == "bad_input"
+    assert lines["rejects"][0]["error"]["message"].startswith("#0 bad_input: ")
+    assert "; #1 bad_input: " in lines["rejects"][0]["error"]["message"]
