@@ -24,14 +24,13 @@ are written: a repair run is the broken share of a dataset, not the dataset.
 
 from __future__ import annotations
 
-import gzip
 import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import orjson
 import pyarrow as pa
@@ -44,14 +43,14 @@ from ..store.files import readable_parts
 from ..store.manifest import read_manifest
 from .audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
-from .input_files import Broken, json_array_rows, labels, resolve
+from .input_files import labels, resolve
 from .redact import Hosts
+from .rewrite import BATCH_ROWS, rewrite
 from .stored import INLINE, REASONING_FIELDS, content_id, given_id, split_message, with_system
 
 ON_REJECT = ("keep", "drop")
 REPORT = "repair-report.json"
 ROWS = "repair-rows.jsonl"
-BATCH_ROWS = 1024
 _TMP = ".repair.tmp"
 
 
@@ -77,7 +76,7 @@ def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject
             tmp = target.with_name(f".{target.name}{_TMP}")
             with _output_errors(path, tmp):
                 target.parent.mkdir(parents=True, exist_ok=True)
-                _WRITERS[kind](repair, path, tmp)
+                rewrite(kind, repair, path, tmp)
             written.append((tmp, target))
     report = repair.report(run_dir, kinds, out, [str(t.relative_to(out)) for _, t in written])
     card = out / f".{CARD}{_TMP}"
@@ -139,7 +138,8 @@ def _rejected(run_dir: Path) -> dict[str, str]:
 
 @dataclass
 class _Repair:
-    """Decides each row's fate and counts it; the file writers below only move bytes."""
+    """Decides each row's fate and counts it (a RowChoice); the file writers of dataset/rewrite.py only move
+    bytes."""
 
     cfg: Config
     accepted: dict[str, list[tuple[str | None, str]]]
@@ -316,89 +316,6 @@ def _put(message: dict[str, Any], reasoning: str | None, answer: str, style: str
         message[key] = [{"type": "text", "text": text}]
     else:
         message[key] = text
-
-
-# ---------------------------------------------------------------- files
-
-
-def _jsonl(repair: _Repair, path: Path, tmp: Path) -> None:
-    """Line by line; an untouched line (blank, unparsable, or a row not regenerated) is copied byte for byte."""
-    gz = path.name.endswith(".gz")
-    repair.style = ""
-    with _open_in(path, gz) as src, _open_out(tmp, gz) as dst:
-        for lineno, line in enumerate(src, 1):
-            if not line.strip():
-                dst.write(line)
-                continue
-            try:
-                data = orjson.loads(line.removeprefix(b"\xef\xbb\xbf") if lineno == 1 else line)
-            except orjson.JSONDecodeError as exc:
-                data = Broken(f"invalid JSON: {exc}")
-            row = repair.row(data, f"{path}:{lineno}")
-            if row is data:
-                dst.write(line)
-            elif row is not None:
-                dst.write(orjson.dumps(row) + b"\n")
-
-
-def _json_array(repair: _Repair, path: Path, tmp: Path) -> None:
-    repair.style = ""
-    with _open_out(tmp, False) as dst:
-        dst.write(b"[")
-        first = True
-        for rows in json_array_rows(path, BATCH_ROWS):
-            for index, data in rows:
-                row = repair.row(data, f"{path}:{index}")
-                if row is not None:
-                    dst.write((b"\n" if first else b",\n") + orjson.dumps(row))
-                    first = False
-        dst.write(b"\n]\n")
-
-
-def _parquet(repair: _Repair, path: Path, tmp: Path) -> None:
-    """Record batch by record batch with the original schema; a batch no row of which changes is written as read."""
-    pf = pq.ParquetFile(path)
-    schema = pf.schema_arrow
-    repair.style = _schema_style(schema)
-    start = 0
-    with pq.ParquetWriter(tmp, schema) as writer:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-            rows = batch.to_pylist()
-            out = [repair.row(data, f"{path}:{i}") for i, data in enumerate(rows, start)]
-            if all(a is b for a, b in zip(out, rows, strict=True)):
-                writer.write_batch(batch)
-            else:
-                writer.write_table(pa.Table.from_pylist([r for r in out if r is not None], schema=schema))
-            start += batch.num_rows
-
-
-def _schema_style(schema: pa.Schema) -> str:
-    """The reasoning field of the conversation column's message struct, if it has one."""
-    for name in conversation.CONVERSATION_FIELDS:
-        if name in schema.names:
-            kind = schema.field(name).type
-            if pa.types.is_list(kind) and pa.types.is_struct(kind.value_type):
-                fields = {kind.value_type.field(i).name for i in range(kind.value_type.num_fields)}
-                return next((f for f in REASONING_FIELDS if f in fields), INLINE)
-    return ""
-
-
-def _arrow(repair: _Repair, path: Path, tmp: Path) -> None:
-    raise InputError(f"{path}: a repaired export writes JSONL, JSON and Parquet; save the dataset as Parquet first")
-
-
-_WRITERS = {"jsonl": _jsonl, "json": _json_array, "parquet": _parquet, "arrow": _arrow}
-
-
-def _open_in(path: Path, gz: bool) -> IO[bytes]:
-    try:
-        return cast(IO[bytes], gzip.open(path, "rb") if gz else path.open("rb"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-
-
-def _open_out(path: Path, gz: bool) -> IO[bytes]:
-    return cast(IO[bytes], gzip.open(path, "wb") if gz else path.open("wb"))
 
 
 class _Listing:
