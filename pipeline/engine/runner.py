@@ -32,7 +32,7 @@ from ..records import BadInput, Prompt
 from ..schema import bad_input_row
 from ..store import DoneSet, RunStore, id_hashes, owns_many
 from ..store.durable import output_errors
-from ..store.manifest import begin_run, read_manifest, write_manifest
+from ..store.manifest import begin_run, updating_manifest
 from ..store.remote import output_dir
 from .dispatcher import Dispatcher
 from .gate import Gate, capacity_of
@@ -393,14 +393,13 @@ class Runner:
 
     def _record_preflight(self, record: dict[str, Any]) -> None:
         """run.json keeps what preflight saw (server settings for the dataset card), or that it was skipped."""
-        manifest = read_manifest(self.run_dir) or {}
         slim = {"skipped": record.get("skipped", False)}
         for result in record.get("endpoints", []):
             slim.setdefault("endpoints", []).append(
                 {k: result.get(k) for k in ("url", "ok", "reachable", "version", "info", "checks")}
             )
-        manifest["preflight"] = slim
-        write_manifest(self.run_dir, manifest)
+        with updating_manifest(self.run_dir) as manifest:
+            manifest["preflight"] = slim
 
     def _snapshot(self) -> dict[str, Any]:
         snap = self.metrics.snapshot()
@@ -412,11 +411,10 @@ class Runner:
         snap = self._snapshot()
         (self.run_dir / "metrics").mkdir(exist_ok=True)
         _append_line(self.run_dir / "metrics" / f"worker-{self.opt.worker_index}.jsonl", orjson.dumps(snap))
-        manifest = read_manifest(self.run_dir) or {}
-        manifest.setdefault("counts", {})[f"worker-{self.opt.worker_index}"] = {
-            k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
-        }
-        write_manifest(self.run_dir, manifest)
+        with updating_manifest(self.run_dir) as manifest:
+            manifest.setdefault("counts", {})[f"worker-{self.opt.worker_index}"] = {
+                k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
+            }
         self.exporter.publish(snap, finished=True)
         return RunSummary(self.run_dir, snap, snap.get("endpoints", {}), interrupted, self._set_aside)
 

@@ -1,8 +1,10 @@
 """RUN_DIR/run.json: schema version, config hash, resolved config, input fingerprint, counts, history.
 
-Written atomically (temp file, fsync, rename); for a run in a bucket, then copied up (`remote`). A resume whose
-generation config differs from the recorded one is refused with the differing keys unless the caller allows it,
-and then the change is recorded in `history`.
+Written atomically (temp file, fsync, rename); for a run in a bucket, then copied up (`remote`). Every update is
+a read-modify-write under `locks/run-json.lock` (`updating_manifest`), so workers that start or finish at the same
+moment each keep their entry (`counts.worker-N`, `history`); across the nodes of a run in a bucket the last copy
+up still wins. A resume whose generation config differs from the recorded one is refused with the differing keys
+unless the caller allows it, and then the change is recorded in `history`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,8 @@ import orjson
 from ..config import Config, ValidateConfig
 from ..errors import ConfigDriftError, OutputError
 from ..schema import SCHEMA_VERSION
+from .durable import output_errors
+from .locks import FileLock
 from .remote import remote_of
 
 MANIFEST = "run.json"
@@ -55,10 +61,26 @@ def thinking_of(man: dict[str, Any]) -> bool:
 
 def record_set_aside(run_dir: Path, moves: list[dict[str, str]]) -> None:
     """Add damaged files that were moved aside to run.json's `set_aside` list (with the time)."""
-    current = read_manifest(run_dir) or {}
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    current.setdefault("set_aside", []).extend({"at": at, **m} for m in moves)
-    write_manifest(run_dir, current)
+    with updating_manifest(run_dir) as current:
+        current.setdefault("set_aside", []).extend({"at": at, **m} for m in moves)
+
+
+@contextmanager
+def updating_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """run.json as a dict to change in place ({} when there is none yet), written back on a clean exit; one process
+    at a time, so concurrent workers never overwrite each other's entries. Nothing is written if the body raises."""
+    locks = run_dir / "locks"
+    with output_errors(locks, "create the lock directory"):
+        locks.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(locks / "run-json.lock")
+    lock.acquire(blocking=True, role="run.json")
+    try:
+        current = read_manifest(run_dir) or {}
+        yield current
+        write_manifest(run_dir, current)
+    finally:
+        lock.release()
 
 
 def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
@@ -105,11 +127,23 @@ def begin_run(
     run_dir: Path, cfg: Config, *, input_files: list[str], allow_config_change: bool, extra: dict[str, Any]
 ) -> dict[str, Any]:
     """Create or update run.json for a new invocation; refuse config drift unless allowed."""
+    with updating_manifest(run_dir) as current:
+        _begin(run_dir, current, cfg, input_files, allow_config_change, extra)
+        return current
+
+
+def _begin(
+    run_dir: Path,
+    current: dict[str, Any],
+    cfg: Config,
+    input_files: list[str],
+    allow_config_change: bool,
+    extra: dict[str, Any],
+) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    current = read_manifest(run_dir)
     fingerprint = cfg.generation_fingerprint()
-    if current is None:
-        current = {"schema_version": SCHEMA_VERSION, "started_at": now, "history": []}
+    if not current:
+        current.update(schema_version=SCHEMA_VERSION, started_at=now, history=[])
     else:
         diff = config_diff(current.get("generation", {}), fingerprint)
         if diff and not allow_config_change and _past_preflight(current):
@@ -130,5 +164,3 @@ def begin_run(
     )
     current["history"].append({"at": now, "event": "start", "host": socket.gethostname(), "pid": os.getpid(), **extra})
     current["history"] = current["history"][-200:]
-    write_manifest(run_dir, current)
-    return current
