@@ -1,17 +1,14 @@
 """SIGKILL a real process writing through RunStore at random moments, resume, check exactly-once."""
 
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import threading
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from pipeline.store import RunStore
+from tests.store_writers import Writer, outcome
 
 TOTAL = 1500
 
@@ -19,8 +16,8 @@ WRITER = textwrap.dedent(
     """
     import random, sys
     from pathlib import Path
-    from pipeline.store import RunStore, id_hash, owns
-    from pipeline.store import synthetic as syn
+    from pipeline.store import RunStore
+    from tests.store_writers import add_row, close, sync, todo
 
     run_dir, total, seed, retry = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     worker, workers = int(sys.argv[5]), int(sys.argv[6])
@@ -30,22 +27,13 @@ WRITER = textwrap.dedent(
     state = store.open(retry_rejects=retry)
     print("open", state.accepted, state.rejected, flush=True)
     batch, target = [], rng.randrange(1, 25)
-    for i in range(total):
-        pid = f"p{i}"
-        if id_hash(pid) in state.done or not owns(id_hash(pid), worker, workers):
-            continue
-        if rng.random() < 0.2:
-            store.add_rejected(syn.rejected(pid))
-        else:
-            store.add_accepted(syn.accepted(pid, text_bytes=rng.randrange(10, 3000)))
+    for pid in todo(state, total, worker, workers):
+        add_row(store, pid, rng)
         batch.append(pid)
         if len(batch) >= target:
-            store.sync_blocking()
-            print("synced", *batch, flush=True)
+            sync(store, batch)
             batch, target = [], rng.randrange(1, 25)
-    store.close()
-    print("synced", *batch, flush=True)
-    print("closed", flush=True)
+    close(store, batch)
     """
 )
 
@@ -56,59 +44,15 @@ def _run(run_dir: Path, seed: int, *, retry: bool, kill_after: list[tuple[int, f
     timer let slow writers finish first); None leaves it to finish. Returns the ids they reported synced, and how
     many finished."""
     workers = len(kill_after)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                WRITER,
-                str(run_dir),
-                str(TOTAL),
-                str(seed * 10 + w),
-                "1" if retry else "0",
-                str(w),
-                str(workers),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[1],
-        )
-        for w in range(workers)
+    writers = [
+        Writer(WRITER, (run_dir, TOTAL, seed * 10 + w, "1" if retry else "0", w, workers), kill)
+        for w, kill in enumerate(kill_after)
     ]
-    outputs = [_Output(p, kill) for p, kill in zip(procs, kill_after, strict=True)]
-    for output in outputs:
-        assert output.opened.wait(30), "writer did not open"
-    for output in outputs:
-        output.finish()
-    synced = {pid for o in outputs for line in o.lines if line.startswith("synced") for pid in line.split()[1:]}
-    return synced, sum(any(line.startswith("closed") for line in o.lines) for o in outputs)
-
-
-class _Output:
-    def __init__(self, proc: subprocess.Popen[str], kill: tuple[int, float] | None) -> None:
-        self.proc = proc
-        self.kill = kill
-        self.lines: list[str] = []
-        self.opened = threading.Event()
-        self.reader = threading.Thread(target=self._read)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        syncs = 0
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            self.opened.set()
-            syncs += line.startswith("synced")
-            if self.kill is not None and syncs == self.kill[0]:
-                threading.Timer(self.kill[1], self.proc.send_signal, (signal.SIGKILL,)).start()
-        self.opened.set()
-
-    def finish(self) -> None:
-        self.proc.wait(timeout=60)
-        self.reader.join(timeout=30)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
+    for writer in writers:
+        assert writer.opened.wait(30), "writer did not open"
+    for writer in writers:
+        writer.finish(timeout=60)
+    return outcome(writers)
 
 
 def _committed(run_dir: Path) -> Counter[str]:

@@ -5,11 +5,7 @@ from __future__ import annotations
 import io
 import random
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,9 +21,9 @@ from pipeline.store import synthetic as syn
 from pipeline.store.objects import S3Objects, parse_uri, uri_text
 from pipeline.store.remote import local_copy, prepare_output
 from tests.objectstore import BUCKET, S3Server, serve_s3
+from tests.store_writers import Writer, outcome
 
 URI = f"s3://{BUCKET}/runs/r1"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -166,9 +162,9 @@ def test_rewrites_reach_the_bucket_as_one_record(s3: S3Server, tmp_path: Path) -
 WRITER = textwrap.dedent(
     """
     import random, sys, time
-    from pipeline.store import RunStore, id_hash, owns
-    from pipeline.store import synthetic as syn
+    from pipeline.store import RunStore
     from pipeline.store.remote import prepare_output
+    from tests.store_writers import add_row, close, sync, todo
 
     uri = sys.argv[1]
     total, seed, worker, workers, shard_rows = (int(a) for a in (sys.argv[2:6] + sys.argv[7:8]))
@@ -180,23 +176,14 @@ WRITER = textwrap.dedent(
     state = store.open()
     print("open", state.accepted, flush=True)
     batch = []
-    for i in range(total):
-        pid = f"p{i}"
-        if id_hash(pid) in state.done or not owns(id_hash(pid), worker, workers):
-            continue
-        if rng.random() < 0.2:
-            store.add_rejected(syn.rejected(pid))
-        else:
-            store.add_accepted(syn.accepted(pid, text_bytes=rng.randrange(10, 3000)))
+    for pid in todo(state, total, worker, workers):
+        add_row(store, pid, rng)
         batch.append(pid)
         time.sleep(pause)  # generation time
         if len(batch) >= rng.randrange(1, 25):
-            store.sync_blocking()
-            print("synced", *batch, flush=True)
+            sync(store, batch)
             batch = []
-    store.close()
-    print("synced", *batch, flush=True)
-    print("closed", flush=True)
+    close(store, batch)
     """
 )
 
@@ -204,46 +191,19 @@ WRITER = textwrap.dedent(
 def _writers(
     total: int, seed: int, kill_after: list[float | None], sync_s: float = 60.0, shard_rows: int = 40, pause: float = 0
 ) -> tuple[set[str], int]:
+    """One writer process per entry of `kill_after`, all at once; an entry SIGKILLs its writer that many seconds
+    after it opened the store (None: it finishes). Returns the ids they reported synced, and how many finished."""
     workers = len(kill_after)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                WRITER,
-                URI,
-                *map(str, (total, seed * 10 + w, w, workers, sync_s, shard_rows, pause)),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        for w in range(workers)
+    writers = [
+        Writer(WRITER, (URI, total, seed * 10 + w, w, workers, sync_s, shard_rows, pause)) for w in range(workers)
     ]
-    lines: list[list[str]] = [[] for _ in procs]
-    opened = [threading.Event() for _ in procs]
-
-    def read(k: int) -> None:
-        assert procs[k].stdout is not None
-        for line in procs[k].stdout:
-            lines[k].append(line)
-            opened[k].set()
-        opened[k].set()
-
-    readers = [threading.Thread(target=read, args=(k,)) for k in range(workers)]
-    for t in readers:
-        t.start()
-    for k, delay in enumerate(kill_after):
-        assert opened[k].wait(60), "writer did not open"
+    for writer, delay in zip(writers, kill_after, strict=True):
+        assert writer.opened.wait(60), "writer did not open"
         if delay is not None:
-            threading.Timer(delay, procs[k].send_signal, (signal.SIGKILL,)).start()
-    for k, p in enumerate(procs):
-        p.wait(timeout=120)
-        readers[k].join(timeout=30)
-        assert p.stdout is not None
-        p.stdout.close()
-    synced = {pid for out in lines for line in out if line.startswith("synced") for pid in line.split()[1:]}
-    return synced, sum(any(line.startswith("closed") for line in out) for out in lines)
+            writer.kill_in(delay)
+    for writer in writers:
+        writer.finish(timeout=120)
+    return outcome(writers)
 
 
 def test_repeated_sigkill_in_a_bucket_run_loses_nothing_synced(s3: S3Server, tmp_path: Path) -> None:
