@@ -22,6 +22,7 @@ def __getattr__(name: str) -> Any:
         return getattr(server, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "SimConfig",
     "SimStartupError",
