@@ -1,4 +1,4 @@
-"""Shared fixtures: a real simulator subprocess on 127.0.0.1, and helpers to read a RUN_DIR."""
+"""Shared fixtures: a real simulator subprocess on 127.0.0.1, helpers to read a RUN_DIR, and an in-memory Sink."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow.parquet as pq
@@ -84,3 +85,21 @@ def read_rows(run_dir: Path, sub: str) -> list[dict]:
     for path in sorted((run_dir / sub).glob("*.parquet")):
         rows.extend(pq.read_table(path).to_pylist())
     return rows
+
+
+class MemorySink:
+    """The dispatcher's Sink protocol, in memory: every call is kept in order."""
+
+    def __init__(self) -> None:
+        self.accepted: list[dict[str, Any]] = []
+        self.rejected: list[dict[str, Any]] = []
+
+    def add_accepted(self, row: dict[str, Any]) -> None:
+        self.accepted.append(row)
+
+    def add_rejected(self, row: dict[str, Any]) -> None:
+        self.rejected.append(row)
+
+    @property
+    def ids(self) -> list[str]:
+        return [r["id"] for r in self.accepted + self.rejected]

@@ -27,26 +27,9 @@ from pipeline.errors import FatalEndpointError
 from pipeline.records import Prompt
 from pipeline.sim import SimConfig, prompt_key, serve
 from pipeline.sim.faults import FaultPlan
+from tests.conftest import MemorySink
 
 MODEL = "Qwen3.6-27B"
-
-
-class MemorySink:
-    """The Sink protocol, in memory: every call is kept in order."""
-
-    def __init__(self) -> None:
-        self.accepted: list[dict[str, Any]] = []
-        self.rejected: list[dict[str, Any]] = []
-
-    def add_accepted(self, row: dict[str, Any]) -> None:
-        self.accepted.append(row)
-
-    def add_rejected(self, row: dict[str, Any]) -> None:
-        self.rejected.append(row)
-
-    @property
-    def ids(self) -> list[str]:
-        return [r["id"] for r in self.accepted + self.rejected]
 
 
 class Sleeps:

@@ -24,6 +24,7 @@ from pipeline.engine.metrics import Metrics
 from pipeline.errors import EndpointError, RegenError
 from pipeline.records import Prompt
 from pipeline.sim import SimConfig, serve
+from tests.conftest import MemorySink
 
 MODEL = "Qwen3.6-27B"
 CFG = Config(generation=GenerationConfig(model=MODEL, max_tokens=2048), client=ClientConfig(max_attempts=1))
@@ -35,18 +36,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class MemorySink:
-    def __init__(self) -> None:
-        self.accepted: list[dict[str, Any]] = []
-        self.rejected: list[dict[str, Any]] = []
-
-    def add_accepted(self, row: dict[str, Any]) -> None:
-        self.accepted.append(row)
-
-    def add_rejected(self, row: dict[str, Any]) -> None:
-        self.rejected.append(row)
 
 
 def sim_config(**knobs: Any) -> SimConfig:
