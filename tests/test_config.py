@@ -126,10 +126,20 @@ def test_values_are_checked(override: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "override", ["generation.top_k=-1", "generation.temperature=0", "generation.top_p=1", "validate.max_repetition=1"]
+    ("override", "value"),
+    [
+        ("generation.top_k=-1", -1),
+        ("generation.temperature=0", 0),
+        ("generation.top_p=1", 1),
+        ("validate.max_repetition=1", 1),
+    ],
+    ids=["top_k-off", "temperature-0", "top_p-1", "max_repetition-1"],
 )
-def test_edges_of_the_ranges_load(override: str) -> None:
-    load_config(None, [override])
+def test_edges_of_the_ranges_load(override: str, value: float) -> None:
+    """The edge value is accepted and is the value the config holds (none of them is the default)."""
+    section, key = override.partition("=")[0].split(".")
+    cfg = load_config(None, [override])
+    assert getattr(getattr(cfg, section), key) == value
 
 
 def test_endpoint_values_are_checked(tmp_path: Path) -> None:
