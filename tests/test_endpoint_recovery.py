@@ -26,6 +26,7 @@ from pipeline.engine.metrics import Metrics
 from pipeline.errors import EndpointError
 from pipeline.records import Prompt
 from pipeline.sim import SimConfig, serve
+from tests.conftest import MemorySink
 
 MODEL = "Qwen3.6-27B"
 SLOTS = 8
@@ -33,17 +34,6 @@ CFG = Config(
     generation=GenerationConfig(model=MODEL, max_tokens=2048),
     client=ClientConfig(max_attempts=4, request_timeout_s=10.0, connect_timeout_s=0.5, backoff_base_s=0.02),
 )
-
-
-class MemorySink:
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-
-    def add_accepted(self, row: dict[str, Any]) -> None:
-        self.ids.append(row["id"])
-
-    def add_rejected(self, row: dict[str, Any]) -> None:
-        self.ids.append(row["id"])
 
 
 def sim_config(**knobs: Any) -> SimConfig:
