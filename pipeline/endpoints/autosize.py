@@ -18,6 +18,11 @@ many workers run), and grows toward it by 1/(num_workers + 1) of the gap per rou
 same free room do not all take it (n workers growing together add at most n/(n+1) of the room there was). A
 worker that finishes early sends nothing more, the server's load drops, and the others grow into its share. At
 start, before any load is read, each worker takes 1/num_workers of the full batch the server advertises (gate.py).
+
+The sizer reads every control interval (`retry.control_interval_s`: a fifth of `client.health_interval_s`, at most
+2 s), so a run whose timeouts are scaled down reads as often relative to a request as a real one. An endpoint whose
+server refused a request for load (HTTP 503 queue full) since the last read is not grown: the pool lowered its
+capacity to what the server took (pool.py), and growing it straight back would only be refused again.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from ..errors import RegenError
 from .pool import DEGRADED, HEALTHY, EndpointState, Pool
+from .retry import control_interval_s
 
 QUEUE_SHARE = 0.1
 MIN_QUEUE = 2
@@ -71,14 +77,20 @@ class Autosizer:
         self,
         pool: Pool,
         *,
-        interval_s: float = 2.0,
+        interval_s: float | None = None,
         workers: int = 1,
         on_event: Callable[[str], None] = lambda message: None,
     ):
         self.pool = pool
-        self.interval_s = interval_s
+        self._interval_s = interval_s  # None: the control interval of the endpoints' client config
         self.workers = workers
         self.on_event = on_event
+
+    @property
+    def interval_s(self) -> float:
+        if self._interval_s is not None:
+            return self._interval_s
+        return min((control_interval_s(ep.client.cfg.health_interval_s) for ep in self.pool.endpoints), default=2.0)
 
     async def run(self) -> None:
         while True:
@@ -96,5 +108,7 @@ class Autosizer:
         if not isinstance(loads, dict):
             return
         new = target_capacity(ep.capacity, loads, inflight=ep.inflight, workers=self.workers)
+        if new > ep.capacity and self.pool.pushed_back_within(ep, self.interval_s):
+            return  # refused for load since the last read: no growth yet
         if new != ep.capacity:
             ep.capacity, ep.capacity_source = new, "adjusted from /v1/loads"

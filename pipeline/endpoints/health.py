@@ -4,10 +4,11 @@ A hung server (a frozen process, a wedged scheduler) still accepts connections, 
 while generations legitimately take many minutes. The monitor probes `/health` of every live endpoint on an
 interval; after `health_failures` consecutive failed probes the endpoint is marked down and its in-flight
 requests are cancelled, so their prompts go to other endpoints without using up their attempts. A down endpoint
-is probed with backoff, but never less often than every `down_probe_s` (at most 2 s; a refused `/health` costs
-nothing), so one that answers again is back in the pool within seconds, however long it was away. When it
-answers, it is re-checked against the configuration it had at preflight (an endpoint that restarted with
-different server args is retired for the rest of the run), then half-opened by the pool and ramped up.
+is probed with backoff, but never less often than every `down_probe_s` (the control interval: a fifth of the
+health interval, at most 2 s; a refused `/health` costs nothing), so one that answers again is back in the pool
+within seconds, however long it was away. When it answers, it is re-checked against the configuration it had at
+preflight (an endpoint that restarted with different server args is retired for the rest of the run), then
+half-opened by the pool and ramped up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from ..errors import RegenError
 from .pool import DOWN, DRAINING, RETIRED, EndpointState, Pool
+from .retry import control_interval_s
 
 Verify = Callable[[EndpointState], Awaitable[str | None]]  # None: fine; else why it must be retired
 
@@ -46,7 +48,7 @@ class HealthMonitor:
         self.failures = failures
         self.verify = verify
         self.recheck_interval_s = recheck_interval_s
-        self.down_probe_s = min(2.0, interval_s) if down_probe_s is None else down_probe_s
+        self.down_probe_s = control_interval_s(interval_s) if down_probe_s is None else down_probe_s
         self._verified: dict[str, float] = {}
         self.on_event = on_event
         self.clock = clock
@@ -58,7 +60,7 @@ class HealthMonitor:
         probing: set[str] = set()
         async with asyncio.TaskGroup() as tg:
             while True:
-                await asyncio.sleep(min(0.5, self.interval_s))
+                await asyncio.sleep(min(0.5, self.interval_s, self.down_probe_s / 2))
                 for ep in self.pool.endpoints:
                     if ep.url not in probing and self._due(ep):
                         probing.add(ep.url)

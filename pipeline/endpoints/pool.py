@@ -18,6 +18,13 @@ choice like any other request.
 An endpoint whose probe passes comes back half-open with a few slots (`ramp`) that grow by one per success, so a
 server that answers `/health` but fails requests costs a few requests per probe, and a restarted one is full again
 within a couple of request durations.
+
+A server that refuses a request for load (SGLang's 503 "The request queue is full.", a router's 429 or 408) is
+live and full, not failing: the refusal never counts toward the circuit breaker (the endpoint is marked down only
+when requests cannot connect or `/health` fails). The endpoint pushes back instead (`retry.Pushback`): it admits
+one probe, then nothing new for a hold that grows with each refused probe (Retry-After is a floor), and once a
+probe goes unrefused it takes as many requests as it held when the refusals began, at once (an automatic endpoint
+also lowers its capacity to that level, and the autosizer regrows it).
 """
 
 from __future__ import annotations
@@ -34,12 +41,16 @@ from asyncio_throttle import Throttler
 
 from ..errors import EndpointError, RequestError
 from .client import EndpointClient
+from .retry import Pushback, PushbackPolicy, control_interval_s
 
 HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED = "healthy", "degraded", "down", "draining", "retired"
 log = logging.getLogger("regen.endpoints")
 LIVE = (HEALTHY, DEGRADED)
 RAMP_START = 4  # a half-open endpoint starts with capacity / RAMP_START slots (at least one)
 POLL_S = 1.0  # how often a waiting worker re-checks the pool (state changes also wake it at once)
+# A live server refusing for load: SGLang's scheduler answers 503 when its waiting queue is full
+# (`managers/scheduler.py::_abort_on_queued_limit`); sglang-router answers 429 (queue full) and 408 (queue timeout).
+PUSHBACK_STATUSES = frozenset({408, 429, 503})
 
 
 @dataclass
@@ -67,8 +78,12 @@ class EndpointState:
     capacity_source: str = "config"
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)  # requests in flight here
     kills: int = 0  # times the pool declared it dead with requests in flight
+    pushbacks: int = 0  # requests the server refused for load (it was live)
+    pushed_back_at: float | None = None  # pool clock: the last refusal that held it (the autosizer waits to grow it)
+    pushback: Pushback = field(init=False)
 
     def __post_init__(self) -> None:
+        self.pushback = Pushback(PushbackPolicy.for_client(self.client.cfg))
         if self.rps > 0:
             # asyncio-throttle counts whole requests per period: 2.5 rps = 5 per 2 s, 0.5 rps = 1 per 2 s.
             per, period = (int(self.rps), 1.0) if self.rps >= 1 else (1, 1.0 / self.rps)
@@ -116,12 +131,33 @@ class Pool:
         self._note_liveness()
 
     # -- slots ---------------------------------------------------------------------------------------------------
-    def _pick(self) -> EndpointState | None:
+    def _pick(self, probe: bool = True) -> EndpointState | None:
         best: EndpointState | None = None
         for ep in self.endpoints:
-            if ep.usable and (best is None or ep.inflight / ep.capacity < best.inflight / best.capacity):
+            if self._admits(ep, probe) and (best is None or ep.inflight / ep.capacity < best.inflight / best.capacity):
                 best = ep
         return best
+
+    def _admits(self, ep: EndpointState, probe: bool = True) -> bool:
+        """A request may go to `ep` now: it is usable and, if it is pushing back, its probe is due and the request
+        may be that probe (`probe`)."""
+        if ep.pushback.active and ep.pushback.calm(self.clock()):  # (also checked on release)
+            self._calmed(ep)
+        if not ep.pushback.active:
+            return ep.usable
+        return probe and ep.usable and ep.pushback.may_admit(self.clock())
+
+    def _probe_for_retries(self) -> bool:
+        """Whether a retry may be a pushing-back endpoint's probe: only when no new prompt waits to be it. A probe
+        is likely refused, and a refusal uses one of the prompt's attempts: a retry has already used some."""
+        return all(fut.done() for fut in self._new)
+
+    def _admit(self, ep: EndpointState) -> EndpointState:
+        ep.inflight += 1
+        if ep.pushback.active:  # the probe: waiting workers get another look once its calm period is over
+            ep.pushback.admitted(self.clock())
+            self._wake_in(ep.pushback.policy.calm_s)
+        return ep
 
     async def acquire(self, *, retry: bool = False, prefer: str | None = None) -> EndpointState:
         """A slot on the least-loaded usable endpoint, waiting in line (retries ahead of new prompts); with
@@ -153,9 +189,8 @@ class Pool:
     async def _take_home(self, home: EndpointState) -> EndpointState | None:
         """A slot on `home`, now or within `prefer_wait_s`; None when none came (or it stopped being live)."""
         line = self._pinned.setdefault(home.url, deque())
-        if home.usable and not line:
-            home.inflight += 1
-            return home
+        if self._admits(home, probe=False) and not line:
+            return self._admit(home)
         if self.prefer_wait_s <= 0:
             return None
         fut: asyncio.Future[EndpointState | None] = asyncio.get_running_loop().create_future()
@@ -177,10 +212,8 @@ class Pool:
         """A free slot, unless someone who must go first is already waiting."""
         if self._retries or (not retry and self._new):
             return None
-        ep = self._pick()
-        if ep is not None:
-            ep.inflight += 1
-        return ep
+        ep = self._pick(probe=not retry or self._probe_for_retries())
+        return None if ep is None else self._admit(ep)
 
     async def _wait(self, line: deque[asyncio.Future[EndpointState]]) -> EndpointState:
         fut: asyncio.Future[EndpointState] = asyncio.get_running_loop().create_future()
@@ -209,19 +242,24 @@ class Pool:
 
     def _wake(self) -> None:
         """Hand free slots to waiting workers: those waiting for their own endpoint first (they can use no other),
-        then retries, then new prompts, each line in order."""
+        then retries, then new prompts, each line in order (a pushing-back endpoint's probe goes to a new prompt
+        when one waits)."""
         self._note_liveness()
         self._wake_pinned()
-        for line in (self._retries, self._new):
-            while line:
-                if line[0].done():  # its worker left (cancelled)
-                    line.popleft()
-                    continue
-                ep = self._pick()
-                if ep is None:
-                    return
-                ep.inflight += 1
-                line.popleft().set_result(ep)
+        self._serve(self._retries, probe=self._probe_for_retries())
+        self._serve(self._new, probe=True)
+        if self._probe_for_retries():
+            self._serve(self._retries, probe=True)
+
+    def _serve(self, line: deque[asyncio.Future[EndpointState]], *, probe: bool) -> None:
+        while line:
+            if line[0].done():  # its worker left (cancelled)
+                line.popleft()
+                continue
+            ep = self._pick(probe)
+            if ep is None:
+                return
+            line.popleft().set_result(self._admit(ep))
 
     def _wake_pinned(self) -> None:
         for ep in self.endpoints:
@@ -231,9 +269,8 @@ class Pool:
                     line.popleft()
                 elif ep.state not in LIVE:  # down, draining or retired: fall back to any endpoint now
                     line.popleft().set_result(None)
-                elif ep.usable:
-                    ep.inflight += 1
-                    line.popleft().set_result(ep)
+                elif self._admits(ep, probe=False):  # its probe goes to a prompt that can go elsewhere
+                    line.popleft().set_result(self._admit(ep))
                 else:
                     break
 
@@ -255,8 +292,12 @@ class Pool:
             pass
         elif error is None:
             self._succeeded(ep, latency)
+        elif error.status in PUSHBACK_STATUSES:
+            self._pushed_back(ep, error)
         else:
             self._failed(ep, str(error))
+        if ep.pushback.active and ep.pushback.calm(self.clock()):
+            self._calmed(ep)
         self._wake()
 
     def _succeeded(self, ep: EndpointState, latency: float | None) -> None:
@@ -281,6 +322,47 @@ class Pool:
             self._set(ep, DEGRADED)
             if ep.consecutive_failures >= self.failure_threshold:
                 self.mark_down(ep, why)
+
+    def _pushed_back(self, ep: EndpointState, error: RequestError) -> None:
+        """The server refused for load: it is live. Admit less there (see the module docstring), never mark it down."""
+        ep.errors += 1
+        ep.pushbacks += 1
+        if ep.state not in LIVE:
+            return
+        self._error(ep, str(error))
+        hold = ep.pushback.refused(self.clock(), ep.inflight, error.retry_after)
+        if not hold:  # None: admitted before the last hold, nothing new; 0: the first refusal, probe at once
+            return
+        # Refused again (or told to wait): the server is full at the level it held, not for one request.
+        ep.pushed_back_at = self.clock()
+        if ep.auto_capacity and ep.pushback.ceiling < ep.capacity:
+            ep.capacity, ep.capacity_source = ep.pushback.ceiling, "lowered: the server refused more"
+        if ep.pushback.holds == 1:
+            log.info(
+                "%s: pushing back (%s); one request at a time until it takes them again",
+                ep.url, error, extra={"event": "endpoint_pushback", "url": ep.url, "why": str(error)},
+            )  # fmt: skip
+        self._wake_in(hold)
+
+    def _calmed(self, ep: EndpointState) -> None:
+        """Its probe went unrefused: take as many requests as it held when the refusals began, at once."""
+        pb = ep.pushback
+        if pb.holds:
+            log.info(
+                "%s: taking requests again after %.1fs of push-back (%d refused)",
+                ep.url, self.clock() - pb.started_at, pb.refusals,
+                extra={"event": "endpoint_pushback_over", "url": ep.url, "refused": pb.refusals},
+            )  # fmt: skip
+        pb.end()
+        level = min(ep.limit, pb.ceiling)
+        ep.ramp = level if level < ep.capacity else 0
+
+    def _wake_in(self, delay_s: float) -> None:
+        """Look at the waiting workers again when a hold or a probe's calm period ends (no request ends it)."""
+        try:
+            asyncio.get_running_loop().call_later(delay_s + 0.001, self._wake)
+        except RuntimeError:  # no loop (a synchronous caller): the next acquire or release looks
+            pass
 
     # -- states --------------------------------------------------------------------------------------------------
     def _set(self, ep: EndpointState, state: str) -> None:
@@ -314,7 +396,9 @@ class Pool:
         self._set(ep, DOWN)
         log.warning("%s: down (%s)", ep.url, why, extra={"event": "endpoint_down", "url": ep.url, "why": why})
         ep.ramp = 0
-        ep.down_until = self.clock() + ep.cooldown_s
+        ep.pushback.end()
+        # The first probe: after the cooldown, but within the control interval (the monitor's longest wait)
+        ep.down_until = self.clock() + min(ep.cooldown_s, control_interval_s(ep.client.cfg.health_interval_s))
         ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
         self._wake_pinned()  # its conversations go elsewhere now
 
@@ -381,6 +465,10 @@ class Pool:
         self._set(ep, DOWN)
         ep.down_until, ep.cooldown_s = 0.0, 1.0
 
+    def pushed_back_within(self, ep: EndpointState, seconds: float) -> bool:
+        """The server refused requests for load, enough to hold admissions, less than `seconds` ago."""
+        return ep.pushed_back_at is not None and self.clock() - ep.pushed_back_at < seconds
+
     # -- reports -------------------------------------------------------------------------------------------------
     def describe(self) -> str:
         """Each endpoint's real state, load, and last success and error with their ages (for exit messages)."""
@@ -393,6 +481,8 @@ class Pool:
             parts.append(f"not answering /health: {ep.probe_failures} probes failed in a row")
         if ep.state == DOWN:
             parts.append(f"next probe in {max(0.0, ep.down_until - self.clock()):.0f}s")
+        if ep.state in LIVE and ep.pushback.active:
+            parts.append(f"pushing back: {ep.pushback.refusals} refused in {self._age(ep.pushback.started_at)}")
         parts.append(f"{ep.inflight}/{ep.limit} in flight")
         parts.append(f"last success {self._age(ep.last_ok_at)} ago" if ep.last_ok_at is not None else "no success yet")
         if ep.last_error:
@@ -415,6 +505,7 @@ class Pool:
                 "capacity_source": ep.capacity_source,
                 "ok": ep.ok,
                 "errors": ep.errors,
+                "pushbacks": ep.pushbacks,
                 "latency_p50": lat[len(lat) // 2] if lat else None,
                 "latency_p95": lat[int(len(lat) * 0.95)] if lat else None,
                 "last_error": ep.last_error,

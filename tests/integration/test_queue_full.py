@@ -1,0 +1,126 @@
+"""A server that answers 503 "The request queue is full." in bursts is live and full, not down (issue 17's soak).
+
+Scaled time: a request lasts ~1.2 s and stands for ~30 s, so every client timeout and interval is the default / 25
+(health_interval_s 0.4 s, hence a control interval of 0.08 s; connect 0.4 s; backoff 0.02-1.2 s): a request lasts
+three health intervals and fifteen control intervals, as a real one does. Two 16-slot simulators, automatic
+concurrency; one refuses every generation for 1.2 s (a request's length) of every 4 s while its /health answers 200,
+as SGLang's does when its queue is full. The run must never mark it down, lose or exhaust no prompt, and refill its
+slots within half a request of each burst's end (sampled from its own /v1/loads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import orjson
+
+from pipeline.sim.faults import in_burst
+from tests.conftest import read_rows, regen
+from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+
+SLOTS = 16
+# 300-token completions at 4,000 tok/s shared by 16 slots: ~1.2 s each.
+BUSY = ("--max-running-requests", str(SLOTS), "--decode-rate", "4000")
+EVERY_S, FOR_S = 4.0, 1.2
+REFILL_BOUND_S = 0.6  # half a request; before, the endpoint went down and ramped back over several requests
+
+# The client defaults / 25 (a 1.2 s request stands for 30 s).
+CLIENT = {
+    "request_timeout_s": 144, "connect_timeout_s": 0.4, "stall_timeout_s": 4.8, "hang_floor_s": 24,
+    "backoff_base_s": 0.02, "backoff_max_s": 1.2, "drain_timeout_s": 1.2, "health_interval_s": 0.4,
+    "health_timeout_s": 0.8, "recheck_interval_s": 2.4, "no_endpoint_timeout_s": 24, "sticky_wait_s": 0.2,
+}  # fmt: skip
+
+
+def config(tmp_path: Path, urls: list[str]) -> Path:
+    eps = "".join(f'[[endpoints]]\nurl = "{u}"\nconcurrency = 0\n' for u in urls)
+    client = "".join(f"{k} = {v}\n" for k, v in CLIENT.items())
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f'[input]\npath = "{tmp_path / "prompts.jsonl"}"\n'
+        f'[output]\ndir = "{tmp_path / "run"}"\nshard_rows = 200\nsync_interval_s = 0.2\n'
+        '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 4096\n'
+        f"[client]\nmax_attempts = 4\n{client}{eps}"
+    )
+    return cfg
+
+
+class Loads:
+    """Samples a server's running requests every 20 ms until the run has fewer than `tail` generations to go."""
+
+    def __init__(self, url: str, all_urls: list[str], stop_after: int):
+        self.url, self.all_urls, self.stop_after = url, all_urls, stop_after
+        self.samples: list[tuple[float, int]] = []  # (monotonic time, num_running_reqs)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=2) as client:
+            while not self.done.is_set():
+                [load] = client.get(f"{self.url}/v1/loads").json()["loads"]
+                self.samples.append((time.monotonic(), load["num_running_reqs"]))
+                total = sum(client.get(f"{u}/_sim/stats").json()["generations_total"] for u in self.all_urls)
+                if total >= self.stop_after:
+                    return
+                time.sleep(0.02)
+
+
+def refill_times(samples: list[tuple[float, int]], opened: float) -> list[float]:
+    """For each burst that ended while sampling went on (and half a request before it stopped), the seconds from
+    its end to the first sample with every slot running again."""
+    last = samples[-1][0]
+    out = []
+    end = opened + EVERY_S
+    while end + 0.6 < last:
+        full = next((t for t, running in samples if t >= end and running >= SLOTS), last)
+        out.append(round(full - end, 3))
+        end += EVERY_S
+    return out
+
+
+def test_bursts_of_queue_full_never_mark_the_endpoint_down_and_its_slots_refill(tmp_path: Path, sim) -> None:
+    steady = sim(*SIM_FLAGS, *BUSY, "--seed", "1")
+    bursty = sim(*SIM_FLAGS, *BUSY, "--seed", "2", "--fail-503-every", str(EVERY_S), "--fail-503-for", str(FOR_S))
+    opened = time.monotonic()  # its bursts count from when its port opened (its URL line; a few ms later here)
+    n = 520  # ~16 s of both servers' slots: four bursts
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=n)
+    urls = [steady.url, bursty.url]
+    loads = Loads(bursty.url, urls, stop_after=n - 4 * SLOTS)
+    loads.thread.start()
+    try:
+        result = regen("run", str(config(tmp_path, urls)), "--no-progress", timeout=120)
+    finally:
+        loads.done.set()
+        loads.thread.join()
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    good, bad = assert_exactly_once(run, ids)
+    assert bad == [], Counter(r["reason"] for r in read_rows(run, "rejects"))  # nothing lost, nothing exhausted
+    assert bursty.stats()["faults"]["burst_503"] >= 10  # the bursts did refuse this run's requests
+
+    # Never marked down for a refusal: no down/up lines, and no metrics snapshot with it down.
+    log = result.stderr
+    assert "down (" not in log and "up again" not in log, log
+    assert "pushing back" in log and "taking requests again" in log
+    lines = (run / "metrics" / "worker-0.jsonl").read_bytes().splitlines()
+    states = {orjson.loads(line)["endpoints"][bursty.url]["state"] for line in lines}
+    assert states <= {"healthy", "degraded"}, states
+    assert orjson.loads(lines[-1])["endpoints"][bursty.url]["pushbacks"] > 0
+
+    refills = refill_times(loads.samples, opened)
+    bursting = [
+        in_burst(t - opened, EVERY_S, FOR_S) or in_burst(t - opened - 0.1, EVERY_S, FOR_S) for t, _ in loads.samples
+    ]
+    healthy = [r for (t, r), b in zip(loads.samples, bursting, strict=True) if not b and t > opened + 1.5]
+    print(
+        "refill after each burst (s)",
+        refills,
+        "occupancy outside bursts",
+        round(sum(healthy) / len(healthy) / SLOTS, 3),
+    )
+    assert len(refills) >= 2, (refills, len(loads.samples))
+    assert max(refills) <= REFILL_BOUND_S, refills
