@@ -663,6 +663,18 @@ def _soak_tail(run_dir: Path, last_dispatch_wall: float, exit_wall: float) -> di
     }
 
 
+def _soak_events(logs: list[Path], urls: list[str]) -> dict[int, dict[str, int]]:
+    """Endpoint events in the workers' logs, by server: a bursting server should push back, never go down."""
+    kinds = {
+        "down": ": down (",
+        "up": ": up again",
+        "pushback": ": pushing back (",
+        "pushback_over": ": taking requests",
+    }
+    lines = [line for p in logs for line in p.read_text(errors="replace").splitlines()]
+    return {i: {k: sum(f"{url}{m}" in line for line in lines) for k, m in kinds.items()} for i, url in enumerate(urls)}
+
+
 def _soak_figures(
     plan: SoakPlan, watch: _SoakWatch, stats: list[dict[str, Any]], run_dir: Path, logs: list[Path],
     t0: float, opened: float, codes: list[int], exit_t: float,
@@ -696,6 +708,7 @@ def _soak_figures(
         "log_bytes_per_worker_simulated_hour": round(max(log_bytes) / (wall_h * plan.factor)),
         "tail_s": round(exit_t - watch.last_dispatch, 2),
         **_soak_tail(run_dir, watch.last_dispatch_wall, time.time() - (time.monotonic() - exit_t)),
+        "endpoint_events_by_server": _soak_events(logs, [s.url for s in watch.sims]),
     }  # fmt: skip
     drift = max((v["drift"] for v in rss.values()), default=float("nan"))
     out["targets"] = {
