@@ -18,7 +18,8 @@ import pytest
 from pipeline.config import ClientConfig, Config, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.health import HealthMonitor
-from pipeline.endpoints.pool import DOWN, HEALTHY, RETIRED, EndpointState, Pool
+from pipeline.endpoints.pool import Pool
+from pipeline.endpoints.state import DOWN, HEALTHY, RETIRED, EndpointState
 from pipeline.engine.dispatcher import Dispatcher
 from pipeline.engine.metrics import Metrics
 from pipeline.errors import EndpointError, RegenError

@@ -4,7 +4,8 @@ import pytest
 
 from pipeline.config import ClientConfig, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
-from pipeline.endpoints.pool import DEGRADED, DOWN, HEALTHY, EndpointState, Pool
+from pipeline.endpoints.pool import Pool
+from pipeline.endpoints.state import DEGRADED, DOWN, HEALTHY, EndpointState
 from pipeline.errors import EndpointError, RetryableRequestError
 
 

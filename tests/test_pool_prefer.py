@@ -3,7 +3,8 @@ bounded time for a slot there, and falls back to the least-loaded choice when th
 
 import asyncio
 
-from pipeline.endpoints.pool import DOWN, EndpointState, Pool
+from pipeline.endpoints.pool import Pool
+from pipeline.endpoints.state import DOWN, EndpointState
 from tests.test_pool import endpoint
 
 

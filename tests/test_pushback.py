@@ -9,8 +9,9 @@ from pipeline.config import ClientConfig, GenerationConfig
 from pipeline.endpoints.autosize import Autosizer
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.health import HealthMonitor
-from pipeline.endpoints.pool import DOWN, HEALTHY, EndpointState, Pool
+from pipeline.endpoints.pool import Pool
 from pipeline.endpoints.retry import PushbackPolicy, control_interval_s
+from pipeline.endpoints.state import DOWN, HEALTHY, EndpointState
 from pipeline.errors import RetryableRequestError
 
 QUEUE_FULL = RetryableRequestError("http://a: HTTP 503: The request queue is full.", status=503)

@@ -32,8 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RegenError
-from .pool import DEGRADED, HEALTHY, EndpointState, Pool
+from .pool import Pool
 from .retry import control_interval_s
+from .state import DEGRADED, HEALTHY, EndpointState
 
 QUEUE_SHARE = 0.1
 MIN_QUEUE = 2

@@ -18,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ..errors import RegenError
-from .pool import DOWN, DRAINING, RETIRED, EndpointState, Pool
+from .pool import Pool
 from .retry import control_interval_s
+from .state import DOWN, DRAINING, RETIRED, EndpointState
 
 Verify = Callable[[EndpointState], Awaitable[str | None]]  # None: fine; else why it must be retired
 

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 from .. import conversation
 from ..config import Config
-from ..endpoints.pool import EndpointState, Pool
+from ..endpoints.pool import Pool
 from ..endpoints.retry import RetryPolicy
+from ..endpoints.state import EndpointState
 from ..errors import (
     EndpointDownError,
     FatalEndpointError,

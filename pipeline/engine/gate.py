@@ -18,7 +18,8 @@ from typing import Any
 from ..config import Config, EndpointConfig
 from ..endpoints.autosize import full_batch
 from ..endpoints.health import NOT_YET
-from ..endpoints.pool import EndpointState, Pool
+from ..endpoints.pool import Pool
+from ..endpoints.state import EndpointState
 from ..errors import PreflightError, RegenError
 from ..server.preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
 

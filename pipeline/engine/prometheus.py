@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..endpoints.pool import DEGRADED, DOWN, DRAINING, HEALTHY, RETIRED
+from ..endpoints.state import DEGRADED, DOWN, DRAINING, HEALTHY, RETIRED
 from ..errors import ConfigError
 
 STATES = (HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED)

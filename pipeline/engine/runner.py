@@ -26,7 +26,8 @@ from ..config import Config, EndpointConfig, read_endpoints_file
 from ..endpoints.autosize import Autosizer
 from ..endpoints.client import EndpointClient
 from ..endpoints.health import HealthMonitor
-from ..endpoints.pool import DRAINING, EndpointState, Pool
+from ..endpoints.pool import Pool
+from ..endpoints.state import DRAINING, EndpointState
 from ..errors import ConfigError, Interrupted, RegenError
 from ..records import BadInput, Prompt
 from ..schema import bad_input_row
