@@ -4,11 +4,10 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
-from .report import _CSS, _e, _figure, _fmt, _png
+from .report import _CSS, _e, _fmt, _histogram, _png
 
 _KEYS = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
 
@@ -101,14 +100,7 @@ def _lengths(lengths: dict[str, dict[str, Any]]) -> str:
 def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
     plots = []
     for name, hist in r["histograms"].items():
-        fig = _figure()
-        ax = fig.add_subplot()
-        if hist["counts"]:
-            edges = hist["edges"]
-            widths = [b - a for a, b in itertools.pairwise(edges)]
-            ax.bar(edges[:-1], hist["counts"], width=widths, align="edge", color="#4c72b0")
-        ax.set_title(name.replace("_", " "))
-        ax.set_ylabel("turns")
+        fig = _histogram(hist, title=name.replace("_", " "), ylabel="turns", color="#4c72b0")
         plots.append((name, _png(fig)))
     return plots
 

@@ -154,19 +154,26 @@ def _png(fig: Figure) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _histogram(hist: dict[str, Any], *, title: str, ylabel: str, color: str) -> Figure:
+    """One histogram (`edges`, `counts` as the report and the audit compute them) as a figure."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    if hist["counts"]:
+        edges = hist["edges"]
+        widths = [b - a for a, b in itertools.pairwise(edges)]
+        ax.bar(edges[:-1], hist["counts"], width=widths, align="edge", color=color)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    return fig
+
+
 def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
     plots = []
     colors = {"reasoning_tokens": "#4c72b0", "answer_tokens": "#dd8452", "answer_bytes": "#dd8452"}
     for name, hist in r["histograms"].items():
-        fig = _figure()
-        ax = fig.add_subplot()
-        if hist["counts"]:
-            edges = hist["edges"]
-            widths = [b - a for a, b in itertools.pairwise(edges)]
-            ax.bar(edges[:-1], hist["counts"], width=widths, align="edge", color=colors.get(name, "#55a868"))
-        ax.set_title(f"{name.replace('_', ' ')} ({r['percentiles_of']} rows)")
-        ax.set_xlabel(name.replace("_", " "))
-        ax.set_ylabel("rows")
+        title = f"{name.replace('_', ' ')} ({r['percentiles_of']} rows)"
+        fig = _histogram(hist, title=title, ylabel="rows", color=colors.get(name, "#55a868"))
+        fig.axes[0].set_xlabel(name.replace("_", " "))
         plots.append((name, _png(fig)))
     plots.append(("rejects over time", _png(_timeline(r["timeline"]))))
     plots.append(("per endpoint", _png(_endpoint_bars(r["per_endpoint"]))))
