@@ -85,17 +85,7 @@ def export_run(
         from .repair import export_repaired
 
         return export_repaired(run_dir, original=original, out=out, on_reject=on_reject)
-    if format not in FORMATS:
-        raise ConfigError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
-    if file_format not in FILE_FORMATS:
-        raise ConfigError(f"unknown file format {file_format!r}; choose parquet or jsonl")
-    if rows_per_file < 1:
-        raise ConfigError(f"rows_per_file must be at least 1, got {rows_per_file}")
-    reasoning = reasoning or DEFAULT_REASONING.get(format, "field")
-    if reasoning not in REASONING_MODES:
-        raise ConfigError(f"unknown reasoning mode {reasoning!r}; choose one of {', '.join(REASONING_MODES)}")
-    if expand_turns and format not in _EXPANDABLE:
-        raise ConfigError(f"--expand-turns works with {', '.join(_EXPANDABLE)}, not {format}")
+    reasoning = _checked_options(format, file_format, rows_per_file, reasoning, expand_turns)
     if not (run_dir / "shards").is_dir() and not (run_dir / "run.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
     _check_out(run_dir, out)
@@ -111,13 +101,7 @@ def export_run(
         parts = readable_parts(run_dir / kind)
         schema = convert.schema(_keep_fields(parts), rejects=kind == "rejects")
         writer = SplitWriter(out / DATA_DIR, split, file_format, schema, rows_per_file)
-        if isinstance(convert, BatchOutput):
-            convert.expect(_SampleCounts(parts).size)
-        with writer:
-            for batch in _batches(parts):
-                writer.write(convert.rows(once.first(batch)))
-            if isinstance(convert, BatchOutput):
-                writer.write(convert.finish())
+        _write_split(writer, convert, parts, once)
         files += writer.files
         counts[split] = writer.rows
         if schema is not None and writer.rows:
@@ -139,6 +123,36 @@ def export_run(
     }
     summary["card"] = str(write_card(run_dir, out, summary, schemas=schemas, options=card))
     return summary
+
+
+def _checked_options(
+    format: str, file_format: str, rows_per_file: int, reasoning: str | None, expand_turns: bool
+) -> str:
+    """ConfigError for an option export cannot honour; returns the reasoning mode (the format's default if None)."""
+    if format not in FORMATS:
+        raise ConfigError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
+    if file_format not in FILE_FORMATS:
+        raise ConfigError(f"unknown file format {file_format!r}; choose parquet or jsonl")
+    if rows_per_file < 1:
+        raise ConfigError(f"rows_per_file must be at least 1, got {rows_per_file}")
+    reasoning = reasoning or DEFAULT_REASONING.get(format, "field")
+    if reasoning not in REASONING_MODES:
+        raise ConfigError(f"unknown reasoning mode {reasoning!r}; choose one of {', '.join(REASONING_MODES)}")
+    if expand_turns and format not in _EXPANDABLE:
+        raise ConfigError(f"--expand-turns works with {', '.join(_EXPANDABLE)}, not {format}")
+    return reasoning
+
+
+def _write_split(writer: SplitWriter, convert: Format, parts: list[Path], once: _Once) -> None:
+    """Every row of `parts` converted, each id once, into `writer` (an openai batch line when its last sample
+    is read)."""
+    if isinstance(convert, BatchOutput):
+        convert.expect(_SampleCounts(parts).size)
+    with writer:
+        for batch in _batches(parts):
+            writer.write(convert.rows(once.first(batch)))
+        if isinstance(convert, BatchOutput):
+            writer.write(convert.finish())
 
 
 def _converter(

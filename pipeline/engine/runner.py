@@ -31,7 +31,7 @@ from ..endpoints.state import DRAINING, EndpointState
 from ..errors import ConfigError, Interrupted, RegenError
 from ..records import BadInput, Prompt
 from ..schema import bad_input_row
-from ..store import DoneSet, RunStore, id_hashes, owns_many
+from ..store import DoneSet, ResumeState, RunStore, id_hashes, owns_many
 from ..store.durable import output_errors
 from ..store.manifest import begin_run, updating_manifest
 from ..store.remote import output_dir
@@ -126,33 +126,8 @@ class Runner:
             validate=self.cfg.validate,
             only_ids=self.opt.only_ids,
         )
-        files = [str(p) for p in reader.files()]
         hashes = await asyncio.to_thread(self._scan, reader)
-        with output_errors(self.run_dir, "create the run directory"):
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        begin_run(
-            self.run_dir,
-            self.cfg,
-            input_files=files,
-            allow_config_change=self.opt.allow_config_change,
-            extra={
-                "worker_index": self.opt.worker_index,
-                "num_workers": self.opt.num_workers,
-                "input": {"total": len(hashes)},
-            },
-        )
-        store = RunStore(
-            self.run_dir,
-            worker_index=self.opt.worker_index,
-            num_workers=self.opt.num_workers,
-            keep_fields=self.cfg.input.keep_fields,
-            shard_rows=self.cfg.output.shard_rows,
-            row_group_rows=self.cfg.output.row_group_rows,
-            sync_interval_s=self.cfg.output.sync_interval_s,
-        )
-        state = await asyncio.to_thread(
-            store.open, retry_rejects=self.opt.retry_rejects, move_foreign=self.opt.move_foreign
-        )
+        store, state = await self._open_store([str(p) for p in reader.files()], total=len(hashes))
         self._set_aside = state.set_aside
         self._partial = state.partial
         try:
@@ -183,6 +158,35 @@ class Runner:
         if interrupted:
             raise Interrupted("interrupted after a clean drain; rerun the same command to resume")
         return summary
+
+    async def _open_store(self, files: list[str], *, total: int) -> tuple[RunStore, ResumeState]:
+        """Record this invocation in run.json (refusing config drift), then open the store: the resume plan."""
+        with output_errors(self.run_dir, "create the run directory"):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        begin_run(
+            self.run_dir,
+            self.cfg,
+            input_files=files,
+            allow_config_change=self.opt.allow_config_change,
+            extra={
+                "worker_index": self.opt.worker_index,
+                "num_workers": self.opt.num_workers,
+                "input": {"total": total},
+            },
+        )
+        store = RunStore(
+            self.run_dir,
+            worker_index=self.opt.worker_index,
+            num_workers=self.opt.num_workers,
+            keep_fields=self.cfg.input.keep_fields,
+            shard_rows=self.cfg.output.shard_rows,
+            row_group_rows=self.cfg.output.row_group_rows,
+            sync_interval_s=self.cfg.output.sync_interval_s,
+        )
+        state = await asyncio.to_thread(
+            store.open, retry_rejects=self.opt.retry_rejects, move_foreign=self.opt.move_foreign
+        )
+        return store, state
 
     def _scan(self, reader: PromptReader) -> np.ndarray:
         """One pass over the input ids: their hashes (sorted, unique), after refusing duplicate ids.
