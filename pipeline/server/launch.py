@@ -28,7 +28,7 @@ import orjson
 
 from ..config import Config
 from ..errors import ConfigError, EndpointError, PreflightError
-from . import server_args
+from . import launch_rules
 from .preflight import preflight_endpoint
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -131,7 +131,7 @@ def static_check(cfg: Config, version: str | None) -> list[dict[str, Any]]:
     _, port = _host_port(cfg)
     concurrency = next((spec.concurrency for spec in cfg.endpoints if spec.url.rstrip("/").endswith(f":{port}")), None)
     unknown = [] if _SIM_MODULE in cfg.launch.command else _unknown_flags(cfg.launch.args, version)
-    return unknown + server_args.known_bad(cfg.launch.args, cfg.launch.env, version, cfg.expect, concurrency)
+    return unknown + launch_rules.known_bad(cfg.launch.args, cfg.launch.env, version, cfg.expect, concurrency)
 
 
 def _unknown_flags(args: Mapping[str, Any], version: str | None) -> list[dict[str, Any]]:
@@ -165,7 +165,7 @@ def _abbreviates(name: str, table: Mapping[str, Any]) -> bool:
 
 def expected_capacity(cfg: Config, version: str | None) -> dict[str, Any] | None:
     """{requests, limit, flag, cause} for the command `regen launch` writes (requests None: set by GPU memory)."""
-    cap = server_args.expected_capacity(cfg.launch.args, cfg.launch.env, version)
+    cap = launch_rules.expected_capacity(cfg.launch.args, cfg.launch.env, version)
     return None if cap is None else dataclasses.asdict(cap)
 
 
