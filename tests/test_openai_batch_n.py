@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.config import GenerationConfig, InputConfig
 from pipeline.dataset.export import export_run
-from pipeline.engine.reader import MAX_ROW_SAMPLES, SAMPLE_TEMPERATURE, PromptReader
+from pipeline.engine.batch_lines import MAX_ROW_SAMPLES
+from pipeline.engine.reader import SAMPLE_TEMPERATURE, PromptReader
 from pipeline.errors import InputError
 from pipeline.records import BadInput, Prompt
 from pipeline.schema import reject_schema, shard_schema, to_table

@@ -20,7 +20,7 @@ inputs' common folder when two files share a name).
 Samples: a row yields `generation.samples` items, ids `<id>#<k>` (k = 0..N-1) with `source_id` = the row's id, or
 one item under its own id when N is 1. In an OpenAI batch file with `input.request_overrides`, a body's `n` replaces
 generation.samples (and generation.temperatures) for its row: `n = k` gives k items, `<custom_id>#<j>`; `n = 1` the
-custom_id alone. An `n` that is not an integer from 1 to MAX_ROW_SAMPLES stops the run (InputError naming the file
+custom_id alone. An `n` that is not an integer from 1 to 128 (batch_lines.py) stops the run (InputError naming the file
 and row): it decides which ids exist, so it cannot wait for the row to be rejected.
 
 Duplicates are found among the ids iter_batches yields (sample ids included, so a row `a` with n = 2 and a row
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,30 +43,20 @@ import numpy as np
 
 from .. import conversation
 from ..config import GenerationConfig, InputConfig, ValidateConfig
+from ..conversation import short, type_name
 from ..dataset.audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 from ..dataset.stored import content_id, with_system
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
+from .batch_lines import LineProblem, Unhonoured, request_of, row_samples
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "jsonl", "parquet", "datasets", "openai-batch")
-BATCH_URL = "/v1/chat/completions"
 REQUEST_OVERRIDES = "_request_overrides"  # Prompt.extra key holding an OpenAI batch body's sampling fields
 SAMPLE_TEMPERATURE = "_sample_temperature"  # Prompt.extra key: this sample's temperature (generation.temperatures)
-# Sampling fields of an OpenAI batch body, and whether each must be an integer (else any number).
-SAMPLING_FIELDS = {
-    "temperature": False,
-    "top_p": False,
-    "top_k": True,
-    "min_p": False,
-    "max_tokens": True,
-    "max_completion_tokens": True,
-    "seed": True,
-}
-MAX_ROW_SAMPLES = 128  # the largest body.n a row may ask for (OpenAI's own limit on n)
 
 
 class _Problem(Exception):
@@ -105,7 +94,7 @@ class PromptReader:
         self._total = 0  # rows in the input, set by the duplicate pass
         self._warned_empty: set[Path] = set()  # each empty input file is reported once, not once per pass
         self._only_ids = only_ids  # --only-ids: these ids (or `row:<n>` row numbers) and no other row
-        self._unhonoured: Counter[str] | None = Counter() if self._openai else None  # body field -> rows
+        self._unhonoured = Unhonoured(request_overrides=cfg.request_overrides, model=self._gen.model)
         self._audit = AuditOptions(
             messages_field=cfg.messages_field,
             prompt_field=cfg.prompt_field,
@@ -153,37 +142,8 @@ class PromptReader:
         """
         for _, rows in self._scan():
             yield [item_id for _, item_id in rows]
-        self._warn_unhonoured()
-
-    def _warn_unhonoured(self) -> None:
-        """Once, after the first full pass: the OpenAI batch body fields this run does not send, with their rows."""
-        if not self._unhonoured:
-            self._unhonoured = None
-            return
-        hints = {
-            "model": f"requests go to generation.model = {self._gen.model!r}",
-            "n": "one completion per request; set input.request_overrides = true to make n samples per row "
-            "(as generation.samples does)",
-            **{k: "set input.request_overrides = true to use it" for k in SAMPLING_FIELDS},
-        }
-        listed = [f"{k} ({n} rows{'; ' + hints[k] if k in hints else ''})" for k, n in self._unhonoured.most_common()]
-        log.warning(
-            "%s: openai-batch body fields that are not honoured, ignored: %s",
-            self._pattern, ", ".join(listed),
-            extra={"event": "unhonoured_fields", "fields": dict(self._unhonoured)},
-        )  # fmt: skip
-        self._unhonoured = None
-
-    def _note_body(self, data: dict[str, Any]) -> None:
-        body = data.get("body")
-        if self._unhonoured is None or not isinstance(body, dict):
-            return
-        for key, value in body.items():
-            if key == "messages" or (key in (*SAMPLING_FIELDS, "n") and self._cfg.request_overrides):
-                continue
-            if key == "model" and value == self._gen.model:
-                continue
-            self._unhonoured[key] += 1
+        if self._openai:
+            self._unhonoured.warn(self._pattern)
 
     def check_duplicates(self) -> int:
         """Find repeated ids in a streamed pass; returns how many items iter_batches will yield.
@@ -278,7 +238,7 @@ class PromptReader:
             found: list[tuple[int, str]] = []
             for row, data in rows:
                 if self._openai and isinstance(data, dict):
-                    self._note_body(data)  # here, not in _row_id, which --only-ids also calls: each row counts once
+                    self._unhonoured.note(data)  # not in _row_id, which --only-ids also calls: once a row
                 row_id, (count, _) = self._row_id(path, row, data), self._sample_count(path, row, data)
                 if count == 1:
                     found.append((row, row_id))
@@ -304,14 +264,14 @@ class PromptReader:
         if isinstance(data, Broken):
             return BadInput(self._bad_id(path, row), source, data.detail, self._keep({}))
         if not isinstance(data, dict):
-            detail = f"row is a JSON {_tname(data)}, not an object"
+            detail = f"row is a JSON {type_name(data)}, not an object"
             return BadInput(self._bad_id(path, row), source, detail, self._keep({}))
         given: str | None = None
         try:
             given = self._given_id(data, self._json(path))
             messages, overrides = self._openai_request(data) if self._openai else (self._messages(data), None)
             turns = () if self._openai else self._turns(messages, data)
-        except _Problem as problem:
+        except (_Problem, LineProblem) as problem:
             return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
         extra = self._keep(data)
         if overrides is not None:
@@ -331,16 +291,8 @@ class PromptReader:
     def _sample_count(self, path: Path, row: int, data: Any) -> tuple[int, bool]:
         """How many samples a row yields, and whether the row itself asked (an honoured OpenAI batch `body.n`)
         rather than generation.samples."""
-        body = data.get("body") if self._openai and self._cfg.request_overrides and isinstance(data, dict) else None
-        n = body.get("n") if isinstance(body, dict) else None
-        if n is None:
-            return self._gen.samples, False
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ROW_SAMPLES:
-            raise InputError(
-                f"{path}:{row}: body.n must be an integer from 1 to {MAX_ROW_SAMPLES} (the samples of this request), "
-                f"got {_tname(n)} {_short(n)}"
-            )
-        return n, True
+        n = row_samples(data, f"{path}:{row}") if self._openai and self._cfg.request_overrides else None
+        return (self._gen.samples, False) if n is None else (n, True)
 
     def _samples(self, item: Prompt | BadInput, n: int, *, temperatures: bool) -> list[Prompt | BadInput]:
         """`n` items for one input row: ids `<id>#<k>`, each with generation.temperatures[k] if `temperatures`."""
@@ -371,7 +323,7 @@ class PromptReader:
                 raise _Problem(f"{key} is null; give the row an id, or leave the field out to use a content hash")
             return None
         if isinstance(value, bool) or not isinstance(value, str | int):
-            raise _Problem(f"{key} must be a string or an integer, got {_tname(value)} {_short(value)}")
+            raise _Problem(f"{key} must be a string or an integer, got {type_name(value)} {short(value)}")
         if not str(value).strip():
             raise _Problem(f"{key} is empty")
         return str(value)
@@ -389,26 +341,18 @@ class PromptReader:
             names = " or ".join(repr(n) for n in (*conversation.CONVERSATION_FIELDS, pf)) if mf == "auto" else None
             raise _Problem(f"no {names or f'{mf!r} or {pf!r}'} field")
         if not isinstance(prompt, str):
-            raise _Problem(f"{pf} must be a string, got {_tname(prompt)} {_short(prompt)}")
+            raise _Problem(f"{pf} must be a string, got {type_name(prompt)} {short(prompt)}")
         if not prompt.strip():
             raise _Problem(f"{pf} is empty")
         return self._with_system(({"role": "user", "content": prompt},))
 
     def _openai_request(self, data: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], dict[str, Any]]:
-        method, url, body = data.get("method"), data.get("url"), data.get("body")
-        if method != "POST":
-            raise _Problem(f"method must be 'POST', got {_short(method)}")
-        if url != BATCH_URL:
-            raise _Problem(f"url must be {BATCH_URL!r}, got {_short(url)}")
-        if not isinstance(body, dict):
-            raise _Problem(f"body must be an object, got {_tname(body)}")
-        if body.get("messages") is None:
-            raise _Problem("body has no messages")
+        given, overrides = request_of(data)
         try:
-            messages = self._with_system(conversation.parse(body["messages"], "body.messages"))
+            messages = self._with_system(conversation.parse(given, "body.messages"))
         except conversation.ConversationError as exc:
             raise _Problem(str(exc)) from None
-        return messages, _sampling(body)
+        return messages, overrides
 
     def _with_system(self, messages: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
         return with_system(messages, self._cfg.system_prompt)
@@ -425,30 +369,3 @@ class PromptReader:
 
     def _bad_id(self, path: Path, row: int) -> str:
         return f"bad-input:{self._labels.get(path, path.name)}:{row}"
-
-
-# ---------------------------------------------------------------- row checks
-
-
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-    """The sampling fields an OpenAI batch body sets; the runner decides whether to honour them."""
-    out: dict[str, Any] = {}
-    for key, integer in SAMPLING_FIELDS.items():
-        value = body.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
-            kind = "an integer" if integer else "a number"
-            raise _Problem(f"body.{key} must be {kind}, got {_tname(value)} {_short(value)}")
-        out[key] = value
-    return out
-
-
-def _tname(value: Any) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
