@@ -18,6 +18,11 @@ many workers run), and grows toward it by 1/(num_workers + 1) of the gap per rou
 same free room do not all take it (n workers growing together add at most n/(n+1) of the room there was). A
 worker that finishes early sends nothing more, the server's load drops, and the others grow into its share. At
 start, before any load is read, each worker takes 1/num_workers of the full batch the server advertises (gate.py).
+The figures are a moment's: a read taken while another worker is between two requests (one answered, the next not
+yet sent) shows room that is not there. Two workers that both read such a moment each grow by one, so the server
+can hold one request per worker above the target until their next reads shrink them (seen in
+tests/integration/test_fair_share.py in 3 of ~30 runs on short requests; at real durations those gaps
+are a far smaller part of a request).
 
 The sizer reads every control interval (`retry.control_interval_s`: a fifth of `client.health_interval_s`, at most
 2 s), so a run whose timeouts are scaled down reads as often relative to a request as a real one. An endpoint whose
