@@ -1,20 +1,21 @@
 """One SGLang endpoint: the request payload, the response parsing (reasoning split) and the error mapping.
 
-The hot path runs on aiohttp: measured here, httpx's connection pool costs ~20x a bare aiohttp loop per request
-(issue 8's table), and a client that costs CPU per completion slows every GPU behind it. Errors from aiohttp and
-HTTP statuses become our error classes in exactly one place, `_raise_for`/`_map_transport`.
+Requests go over `http1.ConnectionPool` (keep-alive HTTP/1.1 on asyncio protocols, parsed by httptools): measured
+here, httpx's connection pool costs ~20x a bare aiohttp loop per request (issue 8's table) and aiohttp's own client
+~2.7x that pool (BENCHMARKS.md), and a client that costs CPU per completion slows every GPU behind it. Transport
+failures and HTTP statuses become our error classes in exactly one place, `_raise_for`/`_map_transport`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 import orjson
 
 from ..config import ClientConfig, GenerationConfig
@@ -26,11 +27,13 @@ from ..errors import (
     RetryableRequestError,
 )
 from ..records import Completion, Prompt
+from .http1 import BadResponse, ConnectFailed, ConnectionLost, ConnectionPool, TransportError
 from .reasoning import split_reasoning
 
 CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+CHAT_PATH = b"/v1/chat/completions"
 
 
 def request_seed(base_seed: int, prompt_id: str, attempt: int) -> int:
@@ -53,11 +56,11 @@ def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
 
 
 class EndpointClient:
-    """Two long-lived aiohttp sessions to one endpoint: one for generations, one for the control plane.
+    """Two long-lived connection pools to one endpoint: one for generations, one for the control plane.
 
-    The pool is the one place that bounds requests in flight (its capacity follows the server when `concurrency`
-    is 0), so the generation connector has no limit of its own: a request never waits for a free connection, and
-    the connect timeout (`sock_connect`) covers only opening a socket, never a wait behind other generations.
+    The endpoint pool is the one place that bounds requests in flight (its capacity follows the server when
+    `concurrency` is 0), so the generation connections have no limit of their own: a request never waits for a
+    free connection, and the connect timeout covers only opening a socket, never a wait behind other generations.
     Health probes, `/v1/loads`, `/abort_request` and other small calls use their own small connector, so they are
     answered while every generation connection is busy for minutes.
     """
@@ -82,34 +85,34 @@ class EndpointClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._base = build_payload_base(gen)
-        self._session: aiohttp.ClientSession | None = None
-        self._control: aiohttp.ClientSession | None = None
+        self._session: ConnectionPool | None = None
+        self._control: ConnectionPool | None = None
 
     async def __aenter__(self) -> EndpointClient:
-        # limit=0: unbounded; the pool's capacity is what bounds generations in flight (see the class docstring).
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
-        timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, sock_connect=self.cfg.connect_timeout_s)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers)
-        control = aiohttp.TCPConnector(limit=CONTROL_CONNECTIONS, ttl_dns_cache=300)
-        self._control = aiohttp.ClientSession(connector=control, timeout=timeout, headers=self._headers)
+        # No bound on generation connections: the endpoint pool's capacity bounds them (see the class docstring).
+        connect = self.cfg.connect_timeout_s
+        self._session = ConnectionPool(self.url, connect_timeout_s=connect, headers=self._headers)
+        self._control = ConnectionPool(
+            self.url, connect_timeout_s=connect, headers=self._headers, max_connections=CONTROL_CONNECTIONS
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for session in (self._session, self._control):
-            if session is not None:
-                await session.close()
+        for pool in (self._session, self._control):
+            if pool is not None:
+                await pool.close()
         self._session = self._control = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        """The generation session."""
+    def session(self) -> ConnectionPool:
+        """The generation connections."""
         if self._session is None:
             raise RuntimeError("EndpointClient used outside `async with` (or after close)")
         return self._session
 
     @property
-    def control(self) -> aiohttp.ClientSession:
-        """The control-plane session (health, loads, server info, aborts): never behind a generation."""
+    def control(self) -> ConnectionPool:
+        """The control-plane connections (health, loads, server info, aborts): never behind a generation."""
         if self._control is None:
             raise RuntimeError("EndpointClient used outside `async with` (or after close)")
         return self._control
@@ -145,15 +148,16 @@ class EndpointClient:
                 parsed = await self._once(data)
         except RequestError:
             raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (TransportError, TimeoutError, OSError) as exc:
             raise _map_transport(exc, self.url) from exc
         return self._completion(parsed, body["seed"], time.monotonic() - started)
 
     async def _once(self, data: bytes) -> dict[str, Any]:
-        async with self.session.post(f"{self.url}/v1/chat/completions", data=data) as resp:
-            raw = await resp.read()
-            if resp.status != 200:
-                _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
+        async with asyncio.timeout(self.cfg.request_timeout_s):
+            resp = await self.session.fetch(b"POST", CHAT_PATH, data)
+        raw = resp.body
+        if resp.status != 200:
+            _raise_for(resp.status, raw, resp.header("Retry-After"), self.url)
         try:
             obj = orjson.loads(raw)
             choice = obj["choices"][0]
@@ -169,16 +173,13 @@ class EndpointClient:
             raise RetryableRequestError(f"{self.url}: invalid JSON in a 200 response: {exc}") from None
 
     async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
-        stall = aiohttp.ClientTimeout(
-            total=self.cfg.request_timeout_s,
-            sock_connect=self.cfg.connect_timeout_s,
-            sock_read=self.cfg.stall_timeout_s,
-        )
+        stall = self.cfg.stall_timeout_s
         try:
-            async with self.session.post(f"{self.url}/v1/chat/completions", data=data, timeout=stall) as resp:
-                if resp.status != 200:
-                    _raise_for(resp.status, await resp.read(), resp.headers.get("Retry-After"), self.url)
-                return await _read_sse(resp.content.iter_any(), self.url)
+            async with asyncio.timeout(self.cfg.request_timeout_s):
+                async with self.session.stream(b"POST", CHAT_PATH, data, stall_s=stall) as resp:
+                    if resp.status != 200:
+                        _raise_for(resp.status, await resp.read(), resp.header("Retry-After"), self.url)
+                    return await _read_sse(resp.chunks(stall), self.url)
         except TimeoutError:
             await self.abort(rid)
             raise RetryableRequestError(
@@ -189,10 +190,8 @@ class EndpointClient:
         """Tell the server to stop generating `rid` (best effort: a stalled server may not answer)."""
         try:
             async with asyncio.timeout(2):
-                data = orjson.dumps({"rid": rid})
-                async with self.control.post(f"{self.url}/abort_request", data=data) as resp:
-                    await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError):
+                await self.control.fetch(b"POST", b"/abort_request", orjson.dumps({"rid": rid}))
+        except (TransportError, TimeoutError, OSError):
             pass
 
     def _completion(self, parsed: dict[str, Any], seed: int, latency: float) -> Completion:
@@ -232,19 +231,16 @@ class EndpointClient:
     async def _get(self, path: str, timeout_s: float) -> bytes:
         try:
             async with asyncio.timeout(timeout_s):
-                async with self.control.get(f"{self.url}{path}") as resp:
-                    raw = await resp.read()
-                    if resp.status != 200:
-                        _raise_for(resp.status, raw, resp.headers.get("Retry-After"), self.url)
-                    return raw
-        except RequestError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                resp = await self.control.fetch(b"GET", path.encode())
+        except (TransportError, TimeoutError, OSError) as exc:
             raise _map_transport(exc, self.url) from exc
+        if resp.status != 200:
+            _raise_for(resp.status, resp.body, resp.header("Retry-After"), self.url)
+        return resp.body
 
 
 async def _read_sse(chunks: AsyncIterator[bytes], url: str) -> dict[str, Any]:
-    """The completion a chat stream adds up to, read from its raw byte chunks (`resp.content.iter_any()`).
+    """The completion a chat stream adds up to, read from its raw byte chunks (`Response.chunks`).
 
     Every complete line of a read is handled at once: split in C rather than through aiohttp's per-line
     `readline`, and the `data:` payloads of one read parsed by one orjson call (`_Deltas.feed`). Per event only
@@ -373,12 +369,16 @@ def _raise_for(status: int, raw: bytes, retry_after: str | None, url: str) -> No
 
 def _map_transport(exc: BaseException, url: str) -> RequestError:
     """The one place a transport failure becomes an error class."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return EndpointDownError(f"{url}: cannot connect ({exc.os_error or exc})")
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | ConnectionResetError):
-        return EndpointDownError(f"{url}: connection lost mid-response ({type(exc).__name__})")
+    if isinstance(exc, ConnectFailed):
+        if isinstance(exc.os_error, socket.gaierror):
+            return EndpointDownError(f"{url}: cannot resolve host ({exc.os_error})")
+        return EndpointDownError(f"{url}: cannot connect ({exc.os_error})")
+    if isinstance(exc, ConnectionLost | ConnectionResetError):
+        return EndpointDownError(f"{url}: connection lost mid-response ({exc})")
     if isinstance(exc, TimeoutError):
         return RetryableRequestError(f"{url}: request timed out")
+    if isinstance(exc, BadResponse):
+        return RetryableRequestError(f"{url}: not an HTTP response ({exc})")
     return RetryableRequestError(f"{url}: {type(exc).__name__}: {exc}")
 
 

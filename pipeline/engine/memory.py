@@ -66,8 +66,8 @@ def use_uvloop() -> bool:
 
     Measured with `scripts/bench.py --only overhead` (1,800-token completions from an instant simulator, 128 in
     flight): the client's CPU per completion 0.578 → 0.501 CPU-s / 1,000 (-13%), the event loop's own scheduling and
-    socket work being most of what regen does per request besides aiohttp. Behaviour is the same: aiohttp,
-    `asyncio.to_thread`, signal handlers and `asyncio.timeout` run unchanged on it."""
+    socket work being most of what regen does per request besides its HTTP client. Behaviour is the same: the
+    transport's protocols, `asyncio.to_thread`, signal handlers and `asyncio.timeout` run unchanged on it."""
     try:
         import uvloop
     except ImportError:

@@ -1,0 +1,333 @@
+"""The transport under every request to a server: keep-alive HTTP/1.1 connections on asyncio protocols.
+
+Why not aiohttp's client: measured on one pinned core, its request path costs ~0.13 CPU-s per 1,000 requests of the
+~0.2 a bare aiohttp loop spends in all (BENCHMARKS.md, "A leaner transport"): request and response objects,
+header multidicts, tracing hooks and a timer per phase. regen sends one kind of request to servers it knows (SGLang
+and its router): a small JSON body out, a JSON body or an SSE stream back. So this module keeps connections and
+waits, and leaves parsing HTTP to httptools (the llhttp parser under uvicorn): status, headers, Content-Length,
+chunked bodies, keep-alive. No redirects, cookies, proxies or compression: regen asks for none.
+
+`ConnectionPool` holds one origin's idle connections (last used first) and, for the control plane, a bound on how
+many are open. `fetch` returns a whole response; `stream` yields one whose body is read as it arrives, each wait
+bounded by `stall_s`. A connection whose response was not read to its end (cancelled, timed out, abandoned) is
+closed, never reused. Timeouts over a whole request are the caller's `asyncio.timeout`.
+
+Errors: `ConnectFailed` (no connection could be opened; `os_error` says why), `ConnectionLost` (closed before the
+response ended), `BadResponse` (bytes the parser refuses), and TimeoutError for a stalled read or a connect that
+took over `connect_timeout_s`. `client.py` maps them to regen's errors, in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+USER_AGENT = b"regen"
+DNS_TTL_S = 300.0
+
+
+class TransportError(Exception):
+    """A request that got no complete response. Subclasses say at which step."""
+
+
+class ConnectFailed(TransportError):
+    def __init__(self, os_error: OSError):
+        super().__init__(str(os_error))
+        self.os_error = os_error
+
+
+class ConnectionLost(TransportError):
+    """The server closed (or reset) the connection before the response ended."""
+
+
+class BadResponse(TransportError):
+    """Bytes that are not an HTTP/1.1 response."""
+
+
+class Response:
+    """One response as it arrives: status and headers, then the body, whole (`body`) or piece by piece (`chunks`)."""
+
+    __slots__ = ("_error", "_parts", "_waiter", "body", "complete", "headers", "keep_alive", "started", "status")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}  # names lower-cased
+        self.body = b""  # set by `fetch`, and by `read`
+        self.started = False  # status and headers are in
+        self.complete = False  # the whole body is in
+        self.keep_alive = False
+        self._parts: list[bytes] = []
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def header(self, name: str) -> str | None:
+        value = self.headers.get(name.lower().encode("latin-1"))
+        return None if value is None else value.decode("latin-1")
+
+    async def read(self) -> bytes:
+        """The rest of the body, whole."""
+        while not self.complete:
+            await self._wait(None)
+        self.body = b"".join(self._parts)
+        self._parts = []
+        return self.body
+
+    async def chunks(self, stall_s: float | None = None) -> AsyncIterator[bytes]:
+        """The body as it arrives: what came since the last piece, each wait at most `stall_s` (TimeoutError)."""
+        while True:
+            if self._parts:
+                parts, self._parts = self._parts, []
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+            elif self.complete:
+                return
+            else:
+                await self._wait(stall_s)
+
+    async def _wait(self, stall_s: float | None) -> None:
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = None if stall_s is None else loop.call_later(stall_s, _expire, waiter, stall_s)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        if self._error is not None:
+            raise self._error
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.complete and self._error is None:
+            self._error = error
+            self._wake()
+
+
+def _until_close(resp: Response) -> bool:
+    return b"content-length" not in resp.headers and b"chunked" not in resp.headers.get(b"transfer-encoding", b"")
+
+
+def _expire(waiter: asyncio.Future[None], stall_s: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError(f"no bytes for {stall_s}s"))
+
+
+class _Connection(asyncio.Protocol):
+    """One socket and its parser; httptools calls the `on_*` methods as it parses what `data_received` gets."""
+
+    def __init__(self, wake_on_body: bool = False) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: Response | None = None
+        self.lost = False
+        self.stream = wake_on_body  # a stream's reader is woken for each piece, a fetch's only at the end
+        self._headers: dict[bytes, bytes] = {}
+
+    def send(self, data: bytes, stream: bool) -> Response:
+        assert self.transport is not None
+        self.response, self.stream, self._headers = Response(), stream, {}
+        self.transport.write(data)
+        return self.response
+
+    @property
+    def reusable(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport
+
+    def data_received(self, data: bytes) -> None:
+        resp = self.response
+        if resp is None or resp.complete:  # bytes nobody asked for: the connection cannot be trusted again
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            resp._fail(BadResponse(f"{type(exc).__name__}: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        resp = self.response
+        if resp is not None and resp.started and not resp.complete and exc is None and _until_close(resp):
+            resp.complete = True  # a body without a length or chunks ends where the connection does
+            resp._wake()
+        elif resp is not None:
+            why = f"{type(exc).__name__}: {exc}" if exc else "closed by the server"
+            resp._fail(ConnectionLost(why))
+
+    # -- httptools callbacks -----------------------------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        resp = self.response
+        assert resp is not None
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim response (regen never sends Expect); the real one follows
+            self._headers = {}
+            return
+        resp.status, resp.headers, resp.started = status, self._headers, True
+        resp.keep_alive = self.parser.should_keep_alive()
+        resp._wake()
+
+    def on_body(self, body: bytes) -> None:
+        resp = self.response
+        assert resp is not None
+        resp._parts.append(body)
+        if self.stream:
+            resp._wake()
+
+    def on_message_complete(self) -> None:
+        resp = self.response
+        assert resp is not None
+        if not resp.started:  # the end of an interim response
+            return
+        resp.complete = True
+        resp._wake()
+
+
+class ConnectionPool:
+    """Keep-alive connections to one origin (`http://host:port[/prefix]`, or https), reused last-used first.
+
+    `max_connections` bounds the connections open at once (requests beyond it wait for one); None leaves the
+    bound to the caller (the endpoint pool's capacity, for generations). `headers` go on every request.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout_s: float,
+        max_connections: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.prefix = parts.path.rstrip("/").encode()
+        self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self.connect_timeout_s = connect_timeout_s
+        netloc = parts.netloc.rpartition("@")[2]
+        fixed = {"Host": netloc, "User-Agent": USER_AGENT.decode(), **(headers or {})}
+        self._fixed = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode("latin-1")) for k, v in fixed.items())
+        self._limit = asyncio.Semaphore(max_connections) if max_connections else None
+        self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
+        self._addresses: tuple[float, list[tuple[str, int]]] | None = None
+        self._closed = False
+
+    async def fetch(self, method: bytes, path: bytes, body: bytes | None = None) -> Response:
+        """Send one request and read its whole response (`Response.body`)."""
+        async with self._exchange(method, path, body, stream=False) as resp:
+            await resp.read()
+        return resp
+
+    @asynccontextmanager
+    async def stream(
+        self, method: bytes, path: bytes, body: bytes | None = None, *, stall_s: float | None = None
+    ) -> AsyncIterator[Response]:
+        """Send one request and give its response once its headers are in (each wait at most `stall_s`)."""
+        async with self._exchange(method, path, body, stream=True) as resp:
+            while not resp.started:
+                await resp._wait(stall_s)
+            yield resp
+
+    async def close(self) -> None:
+        self._closed = True
+        for conn in [*self._idle, *self._busy]:
+            conn.close()
+        self._idle.clear()
+
+    # -- connections -------------------------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _exchange(self, method: bytes, path: bytes, body: bytes | None, stream: bool) -> AsyncIterator[Response]:
+        if self._closed:
+            raise RuntimeError("ConnectionPool used after close")
+        if self._limit is not None:
+            await self._limit.acquire()
+        try:
+            conn = await self._checkout()
+            resp = conn.send(self._request(method, path, body), stream)
+            try:
+                yield resp
+            finally:
+                self._checkin(conn, resp)
+        finally:
+            if self._limit is not None:
+                self._limit.release()
+
+    def _request(self, method: bytes, path: bytes, body: bytes | None) -> bytes:
+        head = b"%s %s%s HTTP/1.1\r\n%s" % (method, self.prefix, path, self._fixed)
+        if body is None:
+            return head + b"\r\n"
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    async def _checkout(self) -> _Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable:
+                self._busy.add(conn)
+                return conn
+        conn = await self._connect()
+        self._busy.add(conn)
+        return conn
+
+    def _checkin(self, conn: _Connection, resp: Response) -> None:
+        """Back to the idle list if its response was read to the end and the server keeps it open; else closed."""
+        self._busy.discard(conn)
+        conn.response = None
+        if resp.complete and resp.keep_alive and conn.reusable and not self._closed:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.connect_timeout_s):
+            addresses = await self._resolve()
+            error: OSError | None = None
+            for host, port in addresses:
+                try:
+                    _, conn = await loop.create_connection(
+                        _Connection, host, port, ssl=self.ssl, server_hostname=self.host if self.ssl else None
+                    )
+                    return conn
+                except OSError as exc:  # refused, unreachable: try the host's next address
+                    error = exc
+            raise ConnectFailed(error or OSError(f"no address for {self.host}"))
+
+    async def _resolve(self) -> list[tuple[str, int]]:
+        """The origin's addresses, looked up once per DNS_TTL_S (not once per connection: a run opens hundreds)."""
+        now = time.monotonic()
+        if self._addresses is not None and now - self._addresses[0] < DNS_TTL_S:
+            return self._addresses[1]
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise ConnectFailed(exc) from None
+        addresses = [(str(info[4][0]), int(info[4][1])) for info in infos]
+        self._addresses = (now, addresses)
+        return addresses
