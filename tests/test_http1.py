@@ -112,26 +112,32 @@ def test_chunked_interim_and_until_close_bodies(run) -> None:
     run(main())
 
 
-def test_a_stream_arrives_piece_by_piece_and_a_stall_times_out(run) -> None:
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
+def test_a_response_that_keeps_coming_is_waited_for_and_one_that_stops_times_out(run) -> None:
+    answered: list[int] = []
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(8):  # 0.8 s in all, never 0.3 s without a byte
+            await asyncio.sleep(0.1)
+            writer.write(b"2\r\n%02d\r\n" % i)
+        if not answered:  # the second time it stops before the end
+            writer.write(b"0\r\n\r\n")
+        answered.append(1)
         await writer.drain()
-        await asyncio.sleep(0.1)
-        writer.write(b"3\r\ntwo\r\n")
-        await writer.drain()
-        await asyncio.sleep(5)  # then nothing
-        return False
+        if len(answered) > 1:
+            await asyncio.sleep(1)
+        return True
 
     async def main() -> None:
-        async with Server(slow) as srv:
+        async with Server(trickle) as srv:
             pool = ConnectionPool(srv.url, connect_timeout_s=2)
-            got = []
+            resp = await pool.fetch(b"POST", b"/", b"{}", stall_s=0.3)
+            assert (resp.status, resp.body) == (200, b"".join(b"%02d" % i for i in range(8)))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             with pytest.raises(TimeoutError):
-                async with pool.stream(b"POST", b"/", b"{}", stall_s=0.5) as resp:
-                    assert resp.status == 200
-                    async for piece in resp.chunks(0.5):
-                        got.append(piece)
-            assert got == [b"one", b"two"]
+                await pool.fetch(b"POST", b"/", b"{}", stall_s=0.3)
+            assert loop.time() - started >= 1.0  # 0.8 s of bytes, then 0.3 s without one
             assert not pool._busy and not pool._idle  # the stalled connection is closed, not kept
             await pool.close()
 

@@ -8,14 +8,12 @@ stream read by the client's own reader.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
 
-from pipeline.endpoints.client import _read_sse
+from pipeline.endpoints.client import _parse_sse
 from pipeline.endpoints.reasoning import split_reasoning
 from pipeline.sim.args import version_tuple
 from pipeline.sim.text import qwen3_message
@@ -67,20 +65,9 @@ def test_the_split_of_each_release(case: str, version: str, expected: tuple[str 
     assert split_reasoning(raw, None, thinking, version) == expected
 
 
-class _Body:
-    """What `_read_sse` reads from an aiohttp response: `content.iter_any()`, an async iterator of byte chunks
-    (here one line each)."""
-
-    def __init__(self, events: list[dict[str, Any]]) -> None:
-        self.lines = [b"data: " + orjson.dumps(e) + b"\n" for e in events] + [b"data: [DONE]\n"]
-
-    @property
-    def content(self) -> AsyncIterator[bytes]:
-        async def lines() -> AsyncIterator[bytes]:
-            for line in self.lines:
-                yield line
-
-        return lines()
+def _body(events: list[dict[str, Any]]) -> bytes:
+    """A stream's body as SGLang frames it: `data: {...}` and a blank line per event, then `data: [DONE]`."""
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 
 
 def _chunks(text: str, size: int = 5) -> list[str]:
@@ -102,11 +89,8 @@ def test_streamed_parser_on_and_off_store_the_same_row(case: str, version: str) 
     raw, thinking = CASES[case]
     reasoning, content = qwen3_message(raw, version_tuple(version), force=thinking)
 
-    async def read(events: list[dict[str, Any]]) -> dict[str, Any]:
-        return await _read_sse(_Body(events).content, "http://sim")
-
-    on = asyncio.run(read(_stream(reasoning, content or "")))
-    off = asyncio.run(read(_stream(None, raw)))
+    on = _parse_sse(_body(_stream(reasoning, content or "")), "http://sim")
+    off = _parse_sse(_body(_stream(None, raw)), "http://sim")
     assert off["reasoning"] is None
     stored_on = split_reasoning(on["content"], on["reasoning"], thinking, version)
     stored_off = split_reasoning(off["content"], off["reasoning"], thinking, version)

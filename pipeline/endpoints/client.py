@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from ..errors import (
 from ..records import Completion, Prompt
 from .http1 import BadResponse, ConnectFailed, ConnectionLost, ConnectionPool, TransportError
 from .reasoning import split_reasoning
+from .sse import ErrorEvent, InvalidStream, parse_stream
 
 CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
@@ -176,15 +177,15 @@ class EndpointClient:
         stall = self.cfg.stall_timeout_s
         try:
             async with asyncio.timeout(self.cfg.request_timeout_s):
-                async with self.session.stream(b"POST", CHAT_PATH, data, stall_s=stall) as resp:
-                    if resp.status != 200:
-                        _raise_for(resp.status, await resp.read(), resp.header("Retry-After"), self.url)
-                    return await _read_sse(resp.chunks(stall), self.url)
+                resp = await self.session.fetch(b"POST", CHAT_PATH, data, stall_s=stall)
         except TimeoutError:
             await self.abort(rid)
             raise RetryableRequestError(
                 f"{self.url}: stream stalled (no bytes for {self.cfg.stall_timeout_s}s)"
             ) from None
+        if resp.status != 200:
+            _raise_for(resp.status, resp.body, resp.header("Retry-After"), self.url)
+        return _parse_sse(resp.body, self.url)
 
     async def abort(self, rid: str) -> None:
         """Tell the server to stop generating `rid` (best effort: a stalled server may not answer)."""
@@ -239,99 +240,15 @@ class EndpointClient:
         return resp.body
 
 
-async def _read_sse(chunks: AsyncIterator[bytes], url: str) -> dict[str, Any]:
-    """The completion a chat stream adds up to, read from its raw byte chunks (`Response.chunks`).
-
-    Every complete line of a read is handled at once: split in C rather than through aiohttp's per-line
-    `readline`, and the `data:` payloads of one read parsed by one orjson call (`_Deltas.feed`). Per event only
-    what the row needs is looked at (delta texts, finish reason, usage, model, errors). Parsing a text event's
-    `delta` alone (found with `bytes.find`) was measured too: the searches cost as much as orjson's whole parse."""
-    deltas = _Deltas(url)
-    tail = b""
-    async for chunk in chunks:
-        lines = (tail + chunk if tail else chunk).split(b"\n")
-        tail = lines.pop()  # an incomplete line waits for the next read
-        if deltas.feed(lines):
-            return deltas.result()
-    if tail and deltas.feed([tail]):
-        return deltas.result()
-    raise RetryableRequestError(f"{url}: stream ended without [DONE]")
-
-
-class _Deltas:
-    """The pieces of one streamed completion, fed a read's worth of SSE lines at a time."""
-
-    __slots__ = ("content", "finish_reason", "model", "reasoning", "url", "usage")
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.finish_reason = ""
-        self.usage: dict[str, Any] = {}
-        self.model = ""
-
-    def feed(self, lines: list[bytes]) -> bool:
-        """Take complete lines; True once `[DONE]` is among them (what follows it is ignored)."""
-        payloads = []
-        done = False
-        for line in lines:
-            line = line.strip()
-            if line.startswith(b"data:"):
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    break
-                payloads.append(payload)
-        if payloads:
-            self._take(self._parse(payloads))
-        return done
-
-    def _parse(self, payloads: list[bytes]) -> list[dict[str, Any]]:
-        try:
-            chunks = orjson.loads(b"[" + b",".join(payloads) + b"]")
-        except orjson.JSONDecodeError:
-            chunks = None
-        # one object per payload: a payload like `1,2` must not pass as two elements of the joined array
-        if not isinstance(chunks, list) or len(chunks) != len(payloads) or not all(type(c) is dict for c in chunks):
-            raise RetryableRequestError(f"{self.url}: invalid JSON in an SSE chunk")
-        return chunks
-
-    def _take(self, chunks: Sequence[dict[str, Any]]) -> None:
-        for chunk in chunks:
-            if "error" in chunk:
-                err = chunk["error"]
-                code = err.get("code") if isinstance(err, dict) else None
-                message = err.get("message") if isinstance(err, dict) else str(err)
-                status = int(code) if isinstance(code, int) else 500
-                _raise_for(status, orjson.dumps({"message": message}), None, self.url)
-            model, usage = chunk.get("model"), chunk.get("usage")
-            if model:
-                self.model = model
-            if usage:
-                self.usage = usage
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                text, thought, finish = (
-                    delta.get("content"),
-                    delta.get("reasoning_content"),
-                    choice.get("finish_reason"),
-                )
-                if text:
-                    self.content.append(text)
-                if thought:
-                    self.reasoning.append(thought)
-                if finish:
-                    self.finish_reason = finish
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "content": "".join(self.content),
-            "reasoning": "".join(self.reasoning) if self.reasoning else None,
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "model": self.model,
-        }
+def _parse_sse(body: bytes, url: str) -> dict[str, Any]:
+    """The completion a chat stream's body adds up to (`sse.parse_stream`), its failures as our errors."""
+    try:
+        return parse_stream(body)
+    except ErrorEvent as event:
+        _raise_for(event.status, orjson.dumps({"message": event.message}), None, url)
+        raise  # (unreachable: _raise_for always raises)
+    except InvalidStream as exc:
+        raise RetryableRequestError(f"{url}: {exc}") from None
 
 
 def _error_message(raw: bytes) -> str:

@@ -8,9 +8,11 @@ waits, and leaves parsing HTTP to httptools (the llhttp parser under uvicorn): s
 chunked bodies, keep-alive. No redirects, cookies, proxies or compression: regen asks for none.
 
 `ConnectionPool` holds one origin's idle connections (last used first) and, for the control plane, a bound on how
-many are open. `fetch` returns a whole response; `stream` yields one whose body is read as it arrives, each wait
-bounded by `stall_s`. A connection whose response was not read to its end (cancelled, timed out, abandoned) is
-closed, never reused. Timeouts over a whole request are the caller's `asyncio.timeout`.
+many are open. `fetch` returns a whole response; with `stall_s` it gives up (TimeoutError) once no byte has come for
+that long, however long the whole response takes: a streamed response is watched as it arrives, by one timer per
+`stall_s` rather than one wake-up per read, and its body is handed over whole. A connection whose response was not
+read to its end (cancelled, timed out) is closed, never reused. Timeouts over a whole request are the caller's
+`asyncio.timeout`.
 
 Errors: `ConnectFailed` (no connection could be opened; `os_error` says why), `ConnectionLost` (closed before the
 response ended), `BadResponse` (bytes the parser refuses), and TimeoutError for a stalled read or a connect that
@@ -53,17 +55,17 @@ class BadResponse(TransportError):
 
 
 class Response:
-    """One response as it arrives: status and headers, then the body, whole (`body`) or piece by piece (`chunks`)."""
+    """One response as it arrives: status and headers, then the body, handed over whole (`body`) once complete."""
 
-    __slots__ = ("_error", "_parts", "_waiter", "body", "complete", "headers", "keep_alive", "started", "status")
+    __slots__ = ("_error", "_parts", "_waiter", "body", "complete", "headers", "keep_alive", "last_byte_at", "status")
 
-    def __init__(self) -> None:
+    def __init__(self, now: float) -> None:
         self.status = 0
         self.headers: dict[bytes, bytes] = {}  # names lower-cased
-        self.body = b""  # set by `fetch`, and by `read`
-        self.started = False  # status and headers are in
+        self.body = b""
         self.complete = False  # the whole body is in
         self.keep_alive = False
+        self.last_byte_at = now  # loop time of the last read (or of sending the request)
         self._parts: list[bytes] = []
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -72,39 +74,23 @@ class Response:
         value = self.headers.get(name.lower().encode("latin-1"))
         return None if value is None else value.decode("latin-1")
 
-    async def read(self) -> bytes:
-        """The rest of the body, whole."""
-        while not self.complete:
-            await self._wait(None)
-        self.body = b"".join(self._parts)
+    async def read(self, stall_s: float | None = None) -> bytes:
+        """Wait for the whole body; TimeoutError once no byte has come for `stall_s`."""
+        if not self.complete and self._error is None:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            watch = None if stall_s is None else _Watch(loop, self, waiter, stall_s)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if watch is not None:
+                    watch.cancel()
+        if self._error is not None:
+            raise self._error
+        self.body = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
         self._parts = []
         return self.body
-
-    async def chunks(self, stall_s: float | None = None) -> AsyncIterator[bytes]:
-        """The body as it arrives: what came since the last piece, each wait at most `stall_s` (TimeoutError)."""
-        while True:
-            if self._parts:
-                parts, self._parts = self._parts, []
-                yield parts[0] if len(parts) == 1 else b"".join(parts)
-            elif self.complete:
-                return
-            else:
-                await self._wait(stall_s)
-
-    async def _wait(self, stall_s: float | None) -> None:
-        if self._error is not None:
-            raise self._error
-        loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
-        timer = None if stall_s is None else loop.call_later(stall_s, _expire, waiter, stall_s)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            if timer is not None:
-                timer.cancel()
-        if self._error is not None:
-            raise self._error
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -116,29 +102,47 @@ class Response:
             self._wake()
 
 
+class _Watch:
+    """Fails `waiter` with TimeoutError once `resp` has had no byte for `stall_s`: one timer at a time, re-armed
+    for the rest of the window after each firing that finds a recent byte."""
+
+    __slots__ = ("handle", "loop", "resp", "stall_s", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resp: Response, waiter: asyncio.Future[None], stall_s: float):
+        self.loop, self.resp, self.waiter, self.stall_s = loop, resp, waiter, stall_s
+        self.handle = loop.call_at(resp.last_byte_at + stall_s, self._check)
+
+    def _check(self) -> None:
+        if self.waiter.done():
+            return
+        due = self.resp.last_byte_at + self.stall_s
+        if self.loop.time() >= due:
+            self.waiter.set_exception(TimeoutError(f"no bytes for {self.stall_s}s"))
+        else:
+            self.handle = self.loop.call_at(due, self._check)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
 def _until_close(resp: Response) -> bool:
     return b"content-length" not in resp.headers and b"chunked" not in resp.headers.get(b"transfer-encoding", b"")
-
-
-def _expire(waiter: asyncio.Future[None], stall_s: float) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError(f"no bytes for {stall_s}s"))
 
 
 class _Connection(asyncio.Protocol):
     """One socket and its parser; httptools calls the `on_*` methods as it parses what `data_received` gets."""
 
-    def __init__(self, wake_on_body: bool = False) -> None:
+    def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.response: Response | None = None
         self.lost = False
-        self.stream = wake_on_body  # a stream's reader is woken for each piece, a fetch's only at the end
         self._headers: dict[bytes, bytes] = {}
+        self._time = asyncio.get_running_loop().time
 
-    def send(self, data: bytes, stream: bool) -> Response:
+    def send(self, data: bytes) -> Response:
         assert self.transport is not None
-        self.response, self.stream, self._headers = Response(), stream, {}
+        self.response, self._headers = Response(self._time()), {}
         self.transport.write(data)
         return self.response
 
@@ -160,6 +164,7 @@ class _Connection(asyncio.Protocol):
         if resp is None or resp.complete:  # bytes nobody asked for: the connection cannot be trusted again
             self.close()
             return
+        resp.last_byte_at = self._time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -169,7 +174,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         resp = self.response
-        if resp is not None and resp.started and not resp.complete and exc is None and _until_close(resp):
+        if resp is not None and resp.status and not resp.complete and exc is None and _until_close(resp):
             resp.complete = True  # a body without a length or chunks ends where the connection does
             resp._wake()
         elif resp is not None:
@@ -187,21 +192,18 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:  # an interim response (regen never sends Expect); the real one follows
             self._headers = {}
             return
-        resp.status, resp.headers, resp.started = status, self._headers, True
+        resp.status, resp.headers = status, self._headers
         resp.keep_alive = self.parser.should_keep_alive()
-        resp._wake()
 
     def on_body(self, body: bytes) -> None:
         resp = self.response
         assert resp is not None
         resp._parts.append(body)
-        if self.stream:
-            resp._wake()
 
     def on_message_complete(self) -> None:
         resp = self.response
         assert resp is not None
-        if not resp.started:  # the end of an interim response
+        if not resp.status:  # the end of an interim response
             return
         resp.complete = True
         resp._wake()
@@ -239,21 +241,14 @@ class ConnectionPool:
         self._addresses: tuple[float, list[tuple[str, int]]] | None = None
         self._closed = False
 
-    async def fetch(self, method: bytes, path: bytes, body: bytes | None = None) -> Response:
-        """Send one request and read its whole response (`Response.body`)."""
-        async with self._exchange(method, path, body, stream=False) as resp:
-            await resp.read()
-        return resp
-
-    @asynccontextmanager
-    async def stream(
+    async def fetch(
         self, method: bytes, path: bytes, body: bytes | None = None, *, stall_s: float | None = None
-    ) -> AsyncIterator[Response]:
-        """Send one request and give its response once its headers are in (each wait at most `stall_s`)."""
-        async with self._exchange(method, path, body, stream=True) as resp:
-            while not resp.started:
-                await resp._wait(stall_s)
-            yield resp
+    ) -> Response:
+        """Send one request and read its whole response (`Response.body`); with `stall_s`, TimeoutError once no
+        byte has come for that long (from sending the request, then from each read)."""
+        async with self._exchange(method, path, body) as resp:
+            await resp.read(stall_s)
+        return resp
 
     async def close(self) -> None:
         self._closed = True
@@ -263,14 +258,14 @@ class ConnectionPool:
 
     # -- connections -------------------------------------------------------------------------------------------------
     @asynccontextmanager
-    async def _exchange(self, method: bytes, path: bytes, body: bytes | None, stream: bool) -> AsyncIterator[Response]:
+    async def _exchange(self, method: bytes, path: bytes, body: bytes | None) -> AsyncIterator[Response]:
         if self._closed:
             raise RuntimeError("ConnectionPool used after close")
         if self._limit is not None:
             await self._limit.acquire()
         try:
             conn = await self._checkout()
-            resp = conn.send(self._request(method, path, body), stream)
+            resp = conn.send(self._request(method, path, body))
             try:
                 yield resp
             finally:

@@ -1,0 +1,131 @@
+"""What a streamed chat completion adds up to: the SSE body of one response becomes its content, reasoning, finish
+reason, usage and model.
+
+The body is read whole. regen stores finished rows, so streaming is there for one thing, noticing a stalled server
+(a stream's bytes stop), and the transport does that while it keeps the bytes (`http1`, `stall_s`); nothing here
+runs per read. A thinking completion streams one event per decode step, ~240 for 1,800 tokens. Framed as SGLang
+frames them (`data: {...}` and a blank line each, then `data: [DONE]`), the events become one JSON array by one
+`bytes.replace` and are parsed by one orjson call. Other framing (CRLF, comments, `data:` without its space) is
+read line by line. Either way every event is parsed in full, and one that is not a JSON object is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+_EVENT, _NEXT, _DONE = b"data: ", b"\n\ndata: ", b"data: [DONE]"
+
+
+class InvalidStream(Exception):
+    """An SSE event that is not one JSON object, or a stream without `[DONE]`."""
+
+
+class ErrorEvent(Exception):
+    """The server streamed an error object instead of a chunk."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def parse_stream(body: bytes) -> dict[str, Any]:
+    """The completion a chat stream's body adds up to: {content, reasoning, finish_reason, usage, model}.
+    What follows `[DONE]` is ignored."""
+    events, done = _framed(body), True
+    if events is None:
+        events, done = _line_by_line(body)
+    deltas = Deltas()
+    deltas.take(events)  # an error event is what to report, whether the stream then ended properly or not
+    if not done:
+        raise InvalidStream("stream ended without [DONE]")
+    return deltas.result()
+
+
+def _framed(body: bytes) -> list[Any] | None:
+    """The events of a body framed as SGLang frames them, by one replace and one parse; None for other framing."""
+    end = body.find(_DONE)
+    if not body.startswith(_EVENT) or end < 0 or body[end - 2 : end] != b"\n\n":
+        return None
+    events = body.count(b"data:", 0, end)  # (a `data:` inside text makes this too many: read line by line then)
+    try:
+        parsed = orjson.loads(b"[" + body[6 : end - 2].replace(_NEXT, b",") + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    ok = isinstance(parsed, list) and len(parsed) == events and all(type(e) is dict for e in parsed)
+    return parsed if ok else None
+
+
+def _line_by_line(body: bytes) -> tuple[list[dict[str, Any]], bool]:
+    """The events up to `[DONE]`, and whether it came."""
+    payloads: list[bytes] = []
+    for line in body.split(b"\n"):
+        line = line.strip()
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return _parse(payloads), True
+            payloads.append(payload)
+    return _parse(payloads), False
+
+
+def _parse(payloads: list[bytes]) -> list[dict[str, Any]]:
+    """One orjson call for all payloads; each must be one JSON object."""
+    try:
+        events = orjson.loads(b"[" + b",".join(payloads) + b"]")
+    except orjson.JSONDecodeError:
+        events = None
+    # one object per payload: a payload like `1,2` must not pass as two elements of the joined array
+    if not isinstance(events, list) or len(events) != len(payloads) or not all(type(e) is dict for e in events):
+        raise InvalidStream("invalid JSON in an SSE chunk")
+    return events
+
+
+class Deltas:
+    """The pieces of one streamed completion, taken from its parsed events in order."""
+
+    __slots__ = ("content", "finish_reason", "model", "reasoning", "usage")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.finish_reason = ""
+        self.usage: dict[str, Any] = {}
+        self.model = ""
+
+    def take(self, events: Iterable[dict[str, Any]]) -> None:
+        for event in events:
+            if "error" in event:
+                err = event["error"]
+                code = err.get("code") if isinstance(err, dict) else None
+                message = err.get("message") if isinstance(err, dict) else str(err)
+                raise ErrorEvent(int(code) if isinstance(code, int) else 500, str(message))
+            model, usage = event.get("model"), event.get("usage")
+            if model:
+                self.model = model
+            if usage:
+                self.usage = usage
+            for choice in event.get("choices") or ():
+                delta = choice.get("delta") or {}
+                text, thought, finish = (
+                    delta.get("content"),
+                    delta.get("reasoning_content"),
+                    choice.get("finish_reason"),
+                )
+                if text:
+                    self.content.append(text)
+                if thought:
+                    self.reasoning.append(thought)
+                if finish:
+                    self.finish_reason = finish
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "content": "".join(self.content),
+            "reasoning": "".join(self.reasoning) if self.reasoning else None,
+            "finish_reason": self.finish_reason,
+            "usage": self.usage,
+            "model": self.model,
+        }
