@@ -64,14 +64,28 @@ def test_text_that_looks_like_framing_is_read_as_text(dumps: Any, framing: tuple
     assert parse_stream(stream(TRICKY, dumps, *framing)) == expected(TRICKY)
 
 
-def test_sglang_framing_is_parsed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sglang_text_events_are_taken_by_one_split_and_the_rest_parsed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    framed: list[bytes] = []
     lines: list[bytes] = []
+    real_framed = sse._framed
+    monkeypatch.setattr(sse, "_framed", lambda body: framed.append(body) or real_framed(body))
     monkeypatch.setattr(sse, "_line_by_line", lambda body: lines.append(body) or ([], True))
     texts = [("reasoning_content", f"r{i} ") for i in range(200)] + [("content", f"c{i} ") for i in range(40)]
     assert parse_stream(stream(texts)) == expected(texts)
-    assert lines == []  # not once line by line
+    assert framed[0].count(b"data:") == 3  # left for the full parse: the finish and usage events, and [DONE]
+    assert lines == []  # never line by line
     parse_stream(stream(texts, eol=b"\r\n"))
-    assert len(lines) == 1  # other framing is
+    assert len(framed[1]) == len(stream(texts, eol=b"\r\n")) and len(lines) == 1  # other framing: all of it is
+
+
+def test_an_event_of_another_shape_mid_stream_is_parsed_in_full() -> None:
+    texts = [("reasoning_content", f"r{i} ") for i in range(5)]
+    raw = stream(texts)
+    odd = orjson.dumps({**event({"reasoning_content": "odd "}), "system_fingerprint": "x"})
+    *head, tail = raw.split(b"\n\n", 3)
+    raw = b"\n\n".join([*head, b"data: " + odd, tail])  # after the role event, r0 and r1
+    want = expected(texts) | {"reasoning": "r0 r1 odd r2 r3 r4 "}
+    assert parse_stream(raw) == want
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,15 @@ reason, usage and model.
 
 The body is read whole. regen stores finished rows, so streaming is there for one thing, noticing a stalled server
 (a stream's bytes stop), and the transport does that while it keeps the bytes (`http1`, `stall_s`); nothing here
-runs per read. A thinking completion streams one event per decode step, ~240 for 1,800 tokens. Framed as SGLang
-frames them (`data: {...}` and a blank line each, then `data: [DONE]`), the events become one JSON array by one
-`bytes.replace` and are parsed by one orjson call. Other framing (CRLF, comments, `data:` without its space) is
-read line by line. Either way every event is parsed in full, and one that is not a JSON object is refused.
+runs per read. A thinking completion streams one event per decode step, ~240 for 1,800 tokens, and parsing each
+in full was most of what streaming cost (BENCHMARKS.md). So, in three steps, each falling through to the next for
+what it cannot vouch for:
+1. The run of text events that repeat the first event's bytes but for the delta (`_take_text_events`): one split
+   on the bytes between two deltas, one orjson parse of the deltas alone.
+2. The rest framed as SGLang frames it (`data: {...}` and a blank line each, then `data: [DONE]`): one JSON array
+   by one `bytes.replace`, one orjson parse (`_framed`).
+3. Any other framing (CRLF, comments, `data:` without its space): line by line.
+Every event is parsed as JSON on each path, and one that is not a JSON object is refused.
 """
 
 from __future__ import annotations
@@ -34,14 +39,54 @@ class ErrorEvent(Exception):
 def parse_stream(body: bytes) -> dict[str, Any]:
     """The completion a chat stream's body adds up to: {content, reasoning, finish_reason, usage, model}.
     What follows `[DONE]` is ignored."""
+    deltas = Deltas()
+    body = _take_text_events(body, deltas)
     events, done = _framed(body), True
     if events is None:
         events, done = _line_by_line(body)
-    deltas = Deltas()
     deltas.take(events)  # an error event is what to report, whether the stream then ended properly or not
     if not done:
         raise InvalidStream("stream ended without [DONE]")
     return deltas.result()
+
+
+def _take_text_events(body: bytes, deltas: Deltas) -> bytes:
+    """Take the run of events that are the first event but for their delta, by one split and one parse of the
+    deltas alone; return what is left of the body (from the first other event) for a full parse.
+
+    Each event SGLang streams is the same bytes, `data: {"id":..,"choices":[{"index":0,"delta":` (the prefix),
+    then the delta, then `,"logprobs":null,"finish_reason":null,..}]}` and a blank line (the suffix), until the
+    finish event. The first event, parsed in full, gives both. Splitting the body on suffix + prefix leaves the
+    deltas in between as they are: each must parse as one JSON object, so every event taken this way is valid
+    JSON of the first event's shape. A body of another shape is returned whole."""
+    cut = body.find(b"\n\n")
+    if not body.startswith(_EVENT) or cut < 0:
+        return body
+    first = body[:cut]
+    try:
+        event = orjson.loads(first[6:])
+        [choice] = event["choices"]
+        delta = b'"delta":' + orjson.dumps(choice["delta"])
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+        return body
+    at = first.find(delta)
+    if at < 0 or first.find(delta, at + 1) >= 0 or type(choice["delta"]) is not dict:
+        return body
+    prefix, suffix = first[: at + 8], first[at + len(delta) :] + b"\n\n"
+    parts = body.split(suffix + prefix)
+    if len(parts) < 3:
+        return body
+    try:
+        taken = orjson.loads(b"[" + parts[0][len(prefix) :] + b"," + b",".join(parts[1:-1]) + b"]")
+    except orjson.JSONDecodeError:
+        return body
+    if len(taken) != len(parts) - 1 or not all(type(d) is dict for d in taken):
+        return body
+    deltas.content += [t for d in taken if (t := d.get("content"))]
+    deltas.reasoning += [t for d in taken if (t := d.get("reasoning_content"))]
+    if not deltas.model and isinstance(event.get("model"), str):
+        deltas.model = event["model"]
+    return prefix + parts[-1]
 
 
 def _framed(body: bytes) -> list[Any] | None:
