@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -164,6 +165,17 @@ def test_failures_are_named(run) -> None:
         with pytest.raises(ConnectFailed) as refused:
             await ConnectionPool(f"http://127.0.0.1:{port}", connect_timeout_s=2).fetch(b"GET", b"/")
         assert isinstance(refused.value.os_error, ConnectionRefusedError)
+
+        async def plain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")  # to a TLS hello
+            writer.close()
+
+        server = await asyncio.start_server(plain, "127.0.0.1", 0)
+        async with server:  # https to a plain-HTTP port: the handshake fails, and says so
+            port = server.sockets[0].getsockname()[1]
+            with pytest.raises(ConnectFailed) as tls:
+                await ConnectionPool(f"https://127.0.0.1:{port}", connect_timeout_s=2).fetch(b"GET", b"/")
+            assert isinstance(tls.value.os_error, ssl.SSLError)
         with pytest.raises(ConnectFailed) as unknown:
             await ConnectionPool("http://no-such-host.invalid:30000", connect_timeout_s=5).fetch(b"GET", b"/")
         assert isinstance(unknown.value.os_error, socket.gaierror)

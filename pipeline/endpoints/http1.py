@@ -22,6 +22,7 @@ took over `connect_timeout_s`. `client.py` maps them to regen's errors, in one p
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import ssl
 import time
@@ -209,6 +210,12 @@ class _Connection(asyncio.Protocol):
         resp._wake()
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying context for the process: loading the CA bundle costs ~0.15 s, and each endpoint has two pools."""
+    return ssl.create_default_context()
+
+
 class ConnectionPool:
     """Keep-alive connections to one origin (`http://host:port[/prefix]`, or https), reused last-used first.
 
@@ -230,7 +237,7 @@ class ConnectionPool:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/").encode()
-        self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self.ssl = _tls_context() if parts.scheme == "https" else None
         self.connect_timeout_s = connect_timeout_s
         netloc = parts.netloc.rpartition("@")[2]
         fixed = {"Host": netloc, "User-Agent": USER_AGENT.decode(), **(headers or {})}
