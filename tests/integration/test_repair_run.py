@@ -145,7 +145,10 @@ def test_a_sigkill_during_the_repair_run_and_the_export_ends_in_a_complete_outpu
     server: SimProcess = sim(*SIM, "--decode-rate", "2000", "--max-running-requests", "8")
     cfg = _config(tmp_path, data, server.url, select="invalid")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT)
-    time.sleep(2.5)
+    deadline = time.monotonic() + 60
+    while server.stats()["generations_total"] < 16:  # two batches done: the kill lands mid-run, however fast
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert len(set(committed_ids(tmp_path / "run", "shards"))) < len(failing), "the kill should land mid-run"
