@@ -140,6 +140,10 @@ def test_a_response_that_keeps_coming_is_waited_for_and_one_that_stops_times_out
                 await pool.fetch(b"POST", b"/", b"{}", stall_s=0.3)
             assert loop.time() - started >= 1.0  # 0.8 s of bytes, then 0.3 s without one
             assert not pool._busy and not pool._idle  # the stalled connection is closed, not kept
+            started = loop.time()
+            with pytest.raises(TimeoutError, match="deadline"):  # bytes keep coming, but the whole takes too long
+                await pool.fetch(b"POST", b"/", b"{}", stall_s=0.3, timeout_s=0.5)
+            assert 0.5 <= loop.time() - started and not pool._busy and not pool._idle
             await pool.close()
 
     run(main())

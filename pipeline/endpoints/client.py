@@ -154,8 +154,7 @@ class EndpointClient:
         return self._completion(parsed, body["seed"], time.monotonic() - started)
 
     async def _once(self, data: bytes) -> dict[str, Any]:
-        async with asyncio.timeout(self.cfg.request_timeout_s):
-            resp = await self.session.fetch(b"POST", CHAT_PATH, data)
+        resp = await self.session.fetch(b"POST", CHAT_PATH, data, timeout_s=self.cfg.request_timeout_s)
         raw = resp.body
         if resp.status != 200:
             _raise_for(resp.status, raw, resp.header("Retry-After"), self.url)
@@ -176,8 +175,9 @@ class EndpointClient:
     async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
         stall = self.cfg.stall_timeout_s
         try:
-            async with asyncio.timeout(self.cfg.request_timeout_s):
-                resp = await self.session.fetch(b"POST", CHAT_PATH, data, stall_s=stall)
+            resp = await self.session.fetch(
+                b"POST", CHAT_PATH, data, stall_s=stall, timeout_s=self.cfg.request_timeout_s
+            )
         except TimeoutError:
             await self.abort(rid)
             raise RetryableRequestError(
