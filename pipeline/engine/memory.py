@@ -20,31 +20,36 @@ _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 MMAP_THRESHOLD = 16 * 1024
 
 
-class _NoPandas:
-    """An import hook that makes `import pandas` fail, as if it were not installed."""
+class _Unused:
+    """An import hook that makes importing `modules` (and their submodules) fail, as if they were not installed."""
+
+    def __init__(self, modules: tuple[str, ...]):
+        self.modules = modules
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"pandas is not used by `regen run` (import blocked): {name}")
+        if any(name == m or name.startswith(m + ".") for m in self.modules):
+            raise ModuleNotFoundError(f"{name} is not used by `regen run` (import blocked)")
+
+
+# pyarrow imports pandas on its first list-to-array conversion just to check for pandas types: ~1 s and ~60 MB of
+# RSS that a run never uses. httpx (preflight) imports its command-line client when click, rich and pygments are
+# installed, ~65 ms at every start, and falls back to a stub when that import fails.
+UNUSED_IN_RUN = ("pandas", "httpx._main")
 
 
 @contextmanager
 def tuned_for_run() -> Iterator[None]:
     """Around a generation run, early, in a process that will run one (not in a library user's process).
 
-    The pandas block is lifted on the way out: `regen run` called in-process (tests, notebooks) must not leave an
+    The import block is lifted on the way out: `regen run` called in-process (tests, notebooks) must not leave an
     interpreter where `datasets` cannot import pandas. The allocator settings and the loop policy stay."""
-    block = None
-    if "pandas" not in sys.modules:
-        # pyarrow imports pandas on its first list-to-array conversion just to check for pandas types: ~1 s and
-        # ~60 MB of RSS that a run never uses.
-        block = _NoPandas()
-        sys.meta_path.insert(0, block)
+    block = _Unused(tuple(m for m in UNUSED_IN_RUN if m not in sys.modules))
+    sys.meta_path.insert(0, block)
     try:
         _tune()
         yield
     finally:
-        if block is not None and block in sys.meta_path:
+        if block in sys.meta_path:
             sys.meta_path.remove(block)
 
 

@@ -9,6 +9,7 @@ even a long trace costs a slice and a concatenation, never a Python loop per wor
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import random
@@ -33,7 +34,10 @@ _WORDS = (
 _OPENERS = ("Okay, ", "Let me think. ", "Wait, ", "So ", "Hmm, ", "Now ", "Alternatively, ", "Then ", "First, ")
 
 
-def _build_block(size: int = 1 << 18) -> tuple[str, list[int]]:
+@functools.cache
+def _block(size: int = 1 << 18) -> tuple[str, list[int]]:
+    """A fixed 256 KiB of running text and its sentence starts, built on first use (~18 ms: not at every import,
+    since `regen run` imports the simulator's capacity rules)."""
     rng = random.Random(20260517)
     parts: list[str] = []
     starts: list[int] = []
@@ -49,19 +53,17 @@ def _build_block(size: int = 1 << 18) -> tuple[str, list[int]]:
     return "".join(parts), starts
 
 
-_BLOCK, _STARTS = _build_block()
-
-
 def _slice(offset_seed: int, n_chars: int) -> str:
     """`n_chars` of running text starting at a sentence boundary chosen by `offset_seed`."""
     if n_chars <= 0:
         return ""
-    start = _STARTS[offset_seed % len(_STARTS)]
+    block, starts = _block()
+    start = starts[offset_seed % len(starts)]
     end = start + n_chars
-    if end <= len(_BLOCK):
-        return _BLOCK[start:end]
-    reps = end // len(_BLOCK) + 1
-    return (_BLOCK * reps)[start:end]
+    if end <= len(block):
+        return block[start:end]
+    reps = end // len(block) + 1
+    return (block * reps)[start:end]
 
 
 def digest(*parts: Any) -> int:
