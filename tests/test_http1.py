@@ -200,6 +200,22 @@ def test_an_idle_connection_the_server_closed_is_not_used_again(run) -> None:
     run(main())
 
 
+def test_a_connection_idle_longer_than_the_servers_keep_alive_is_not_reused(run) -> None:
+    async def main() -> None:
+        async with Server(answer(ok(b"x"))) as srv:  # keeps connections open: only max_idle_s decides
+            pool = ConnectionPool(srv.url, connect_timeout_s=2, max_idle_s=0.3)  # SGLang's 5 s, scaled
+            await pool.fetch(b"GET", b"/")
+            await asyncio.sleep(0.05)
+            await pool.fetch(b"GET", b"/")
+            assert srv.connections == 1  # reused while fresh
+            await asyncio.sleep(0.4)
+            await pool.fetch(b"GET", b"/")
+            assert srv.connections == 2 and len(pool._idle) == 1  # the stale one closed, a new one kept
+            await pool.close()
+
+    run(main())
+
+
 def test_cancelled_requests_leak_no_connection_and_the_bound_holds(run) -> None:
     async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         await asyncio.sleep(10)

@@ -34,6 +34,10 @@ import httptools
 
 USER_AGENT = b"regen"
 DNS_TTL_S = 300.0
+# SGLang's HTTP server closes a connection idle for 5 s (uvicorn's timeout_keep_alive in
+# python/sglang/srt/entrypoints/http_server.py). A request sent on one just as it closes fails as a lost
+# connection, so connections idle longer than this are closed here first, not reused.
+MAX_IDLE_S = 4.0
 
 
 class TransportError(Exception):
@@ -151,6 +155,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.response: Response | None = None
         self.lost = False
+        self.idle_since = 0.0  # loop time it went back to the pool
         self._headers: dict[bytes, bytes] = {}
         self._time = asyncio.get_running_loop().time
 
@@ -243,6 +248,7 @@ class ConnectionPool:
         connect_timeout_s: float,
         max_connections: int | None = None,
         headers: dict[str, str] | None = None,
+        max_idle_s: float = MAX_IDLE_S,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -251,7 +257,7 @@ class ConnectionPool:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/").encode()
         self.ssl = _tls_context() if parts.scheme == "https" else None
-        self.connect_timeout_s = connect_timeout_s
+        self.connect_timeout_s, self.max_idle_s = connect_timeout_s, max_idle_s
         netloc = parts.netloc.rpartition("@")[2]
         fixed = {"Host": netloc, "User-Agent": USER_AGENT.decode(), **(headers or {})}
         self._fixed = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode("latin-1")) for k, v in fixed.items())
@@ -307,9 +313,10 @@ class ConnectionPool:
     async def _checkout(self) -> _Connection:
         while self._idle:
             conn = self._idle.pop()
-            if conn.reusable:
+            if conn.reusable and conn._time() - conn.idle_since < self.max_idle_s:
                 self._busy.add(conn)
                 return conn
+            conn.close()
         conn = await self._connect()
         self._busy.add(conn)
         return conn
@@ -319,6 +326,7 @@ class ConnectionPool:
         self._busy.discard(conn)
         conn.response = None
         if resp.complete and resp.keep_alive and conn.reusable and not self._closed:
+            conn.idle_since = conn._time()
             self._idle.append(conn)
         else:
             conn.close()
