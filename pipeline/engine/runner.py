@@ -38,6 +38,7 @@ from ..store.remote import output_dir
 from .dispatcher import Dispatcher
 from .gate import Gate, capacity_of
 from .logs import ProgressLog
+from .memory import TRIM_INTERVAL_S, return_free_memory
 from .metrics import CountingSink, Metrics
 from .prometheus import Exporter
 from .reader import PromptReader
@@ -255,6 +256,7 @@ class Runner:
                     tg.create_task(self._syncer(store)),
                     tg.create_task(self._ticker()),
                     tg.create_task(self._progress_lines()),
+                    tg.create_task(self._return_free_memory()),
                     tg.create_task(self._monitor().run()),
                     tg.create_task(dispatcher.watch_hangs()),
                     tg.create_task(
@@ -366,6 +368,11 @@ class Runner:
         while True:
             await asyncio.sleep(self.cfg.output.progress_interval_s)
             lines.emit(self._snapshot())
+
+    async def _return_free_memory(self) -> None:
+        while True:
+            await asyncio.sleep(TRIM_INTERVAL_S)
+            return_free_memory()
 
     async def _ticker(self) -> None:
         metrics_dir = self.run_dir / "metrics"
