@@ -1,9 +1,9 @@
 """One SGLang endpoint: the request payload, the response parsing (reasoning split) and the error mapping.
 
 Requests go over `http1.ConnectionPool` (keep-alive HTTP/1.1 on asyncio protocols, parsed by httptools): measured
-here, httpx's connection pool costs ~20x a bare aiohttp loop per request (issue 8's table) and aiohttp's own client
-~2.7x that pool (BENCHMARKS.md), and a client that costs CPU per completion slows every GPU behind it. Transport
-failures and HTTP statuses become our error classes in exactly one place, `_raise_for`/`_map_transport`.
+here, aiohttp's client costs ~2.7x as much per request and httpx's pool ~55x (BENCHMARKS.md), and a client that
+costs CPU per completion slows every GPU behind it. Transport failures and HTTP statuses become our error classes
+in exactly one place, `_raise_for`/`_map_transport`.
 """
 
 from __future__ import annotations
