@@ -291,20 +291,25 @@ def test_503_bursts_refuse_generations_while_health_stays_up() -> None:
 
 
 def test_a_frozen_engine_makes_no_progress_while_stopped() -> None:
-    """SIGSTOP freezes a real server's decoding: when the finish timer fires far past its time, the engine credits
-    progress only up to the moment it was due, so a frozen batch does not complete all at once on waking."""
+    """SIGSTOP freezes a real server's decoding: when the clock next advances long after the last heartbeat, the
+    engine credits progress only up to that heartbeat. Not even the request due first during the freeze completes on
+    waking (crediting up to its due time once finished it on SIGCONT, after its client had moved it elsewhere)."""
     from pipeline.sim.engine import STALL_S, Engine
 
     async def main() -> None:
         now = [0.0]
         engine = Engine(max_running=2, decode_tokens_per_s=200, batch_half=1, clock=lambda: now[0])
-        short, long = engine.submit(10), engine.submit(100)  # 100 tok/s each: due when `short` ends at 0.1 s
-        now[0] = 0.1 + STALL_S + 10.0  # the process was stopped for ten seconds
-        engine.abort(short)  # anything that advances the clock
-        assert 9 <= engine.progress(long) <= 10 and not long.done.done()  # its 0.1 s, not 10 s, of decoding
+        short, long = engine.submit(10), engine.submit(100)  # 100 tok/s each: `short` is due at 0.1 s
+        now[0] = 0.05
+        engine.beat()  # the last sign of life: 5 tokens each
+        now[0] = 0.05 + STALL_S + 10.0  # then the process was stopped, past `short`'s due time, for ten seconds
+        engine.beat()  # the first heartbeat after SIGCONT
+        assert engine.progress(short) == 5 and engine.progress(long) == 5 and not short.done.done()
         assert engine.stalled_s == pytest.approx(STALL_S + 10.0)
-        now[0] += 0.2  # running again, alone in the batch: 150 tok/s
-        assert 38 <= engine.progress(long) <= 40
+        now[0] += 0.05  # running again: `short` ends 0.05 s after waking, not at it
+        engine.abort(long)  # anything that advances the clock
+        assert short.done.done() and not short.aborted and short.generated == 10
+        assert long.aborted and long.generated == pytest.approx(10)
         engine.close()
 
     asyncio.run(main())

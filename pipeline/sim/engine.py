@@ -6,8 +6,11 @@ instantly), holding its slot but not decoding meanwhile. Every decoding request 
 `per_request_rate(batch)` tokens/s, a speed that falls as the batch grows; at a full batch the aggregate is exactly
 `decode_tokens_per_s`. The engine has no task of its own: it advances its clock whenever something changes (an
 arrival, an abort, the next finish, which a single `call_later` timer wakes it for), so an idle simulator costs nothing.
-When that timer fires more than `STALL_S` late the process was stopped (SIGSTOP) or starved: like a frozen GPU
-server, nothing decoded after the moment it was due, so a frozen simulator does not finish its batch on waking.
+While it has work, a heartbeat timer (every `BEAT_S`) notes that the process is running. When the clock next advances
+more than `STALL_S` after the last sign of life, the process was stopped (SIGSTOP) or starved: like a frozen GPU
+server, nothing decoded after that last sign of life. So a frozen simulator neither finishes its batch on waking
+nor the one request whose finish was due first during the freeze (crediting decode up to that due time, as it once
+did, completed that request on SIGCONT although the process had stopped before it).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-STALL_S = 0.5  # a timer this late means the process did not run: no decode progress past its due time
+STALL_S = 0.5  # no sign of life for this long means the process did not run: no decode progress meanwhile
+BEAT_S = 0.1  # how often a busy engine notes that its process is running
 
 
 class QueueFull(Exception):
@@ -66,7 +70,8 @@ class Engine:
         self._last = clock()
         self._rate = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._due: float | None = None  # when the timer should fire
+        self._beat: asyncio.TimerHandle | None = None
+        self._seen = self._last  # the last moment the process was known to run (heartbeat or any call)
         self.stalled_s = 0.0  # time the process did not run (frozen), credited no progress
         self.tokens_total = 0
         self.prefill_tokens_total = 0
@@ -125,9 +130,10 @@ class Engine:
         self._step()
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for handle in (self._timer, self._beat):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._beat = None
         for job in [*self._running, *self._prefilling, *self._waiting]:
             job.aborted = True
             self._finish(job)
@@ -138,10 +144,10 @@ class Engine:
     # -- the model -------------------------------------------------------------------------------------------
     def _advance(self) -> None:
         now = self._clock()
-        if self._due is not None and now - self._due > STALL_S:
-            self.stalled_s += now - self._due
-            self._last += now - self._due  # progress only up to the moment the timer was due
-            self._due = now
+        if now - self._seen > STALL_S and self.num_running:
+            self.stalled_s += now - self._seen
+            self._last += now - max(self._seen, self._last)  # progress only up to the last sign of life
+        self._seen = now
         elapsed = now - self._last
         self._last = now
         if elapsed <= 0:
@@ -200,14 +206,26 @@ class Engine:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-            self._due = None
         delays = [self._prefilling[0].prefill / self.prefill_rate] if self._prefilling else []
         if self._running:
             delays.append(min(job.tokens - job.generated for job in self._running) / self._rate)
+        loop = asyncio.get_running_loop()
         if delays:
-            delay = max(0.0, min(delays))
-            self._due = now + delay
-            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+            self._timer = loop.call_later(max(0.0, min(delays)), self._on_timer)
+        if self.num_running and self._beat is None:
+            self._beat = loop.call_later(BEAT_S, self.beat)
+
+    def beat(self) -> None:
+        """The heartbeat: the process is running now (decode up to here counts after a freeze). Re-armed while
+        there is work."""
+        self._beat = None
+        if self._clock() - self._seen > STALL_S:
+            self._advance()  # the first sign of life after a freeze: the freeze is not decode time
+            self._step()
+            return
+        self._seen = self._clock()
+        if self.num_running:
+            self._beat = asyncio.get_running_loop().call_later(BEAT_S, self.beat)
 
     def _on_timer(self) -> None:
         self._timer = None

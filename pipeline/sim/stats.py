@@ -7,6 +7,7 @@ with `regen-probe-` are preflight probes: counted apart, never as generations of
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -29,6 +30,7 @@ class Stats:
         self.responses = 0  # generation-route responses sent, any status
         self.generations: Counter[str] = Counter()  # prompt key → completed generations
         self.generations_by_rid: Counter[str] = Counter()
+        self.log: dict[str, list[tuple[str | None, float]]] = {}  # prompt key → (rid, wall time) of each generation
         self.attempts: Counter[str] = Counter()  # prompt key → requests received (drives fault draws)
         self.cancelled = 0  # decodes stopped early: client gone or /abort_request
         self.faults: Counter[str] = Counter()
@@ -52,11 +54,14 @@ class Stats:
             self.probe_generations += 1
             return
         self.generations[key] += 1
+        self.log.setdefault(key, []).append((rid, time.time()))
         if rid is not None:
             self.generations_by_rid[rid] += 1
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
+    def snapshot(self, log: bool = False) -> dict[str, Any]:
+        """The counters; with `log`, also each prompt key's generations as [rid, wall time] pairs (where a duplicate
+        across servers came from)."""
+        return ({"generation_log": self.log} if log else {}) | {
             "requests": self.requests,
             "in_flight": self.in_flight,
             "responses": self.responses,

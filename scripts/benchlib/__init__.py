@@ -36,8 +36,9 @@ class Sim:
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
 
-    def stats(self) -> dict[str, Any]:
-        return httpx.get(f"{self.url}/_sim/stats", timeout=10).json()
+    def stats(self, log: bool = False) -> dict[str, Any]:
+        """`/_sim/stats`; with `log`, each prompt's generations as [rid, wall time] pairs too."""
+        return httpx.get(f"{self.url}/_sim/stats", params={"log": "1"} if log else None, timeout=30).json()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -131,17 +131,23 @@ def _rss_mb(pid: int) -> float:
         return 0.0
 
 
-def _freeze(sim: Sim, at_s: float, for_s: float, t0: float) -> None:
-    """SIGSTOP the server's process at `at_s` after t0 for `for_s` seconds (a wedged host), then SIGCONT."""
+def _freeze(sim: Sim, at_s: float, for_s: float, t0: float) -> list[float]:
+    """SIGSTOP the server's process at `at_s` after t0 for `for_s` seconds (a wedged host), then SIGCONT. Returns
+    the list the wall times of both signals are appended to."""
     import threading
+
+    sent: list[float] = []
 
     def run() -> None:
         time.sleep(max(0.0, t0 + at_s - time.monotonic()))
         sim.proc.send_signal(signal.SIGSTOP)
+        sent.append(time.time())
         time.sleep(for_s)
         sim.proc.send_signal(signal.SIGCONT)
+        sent.append(time.time())
 
     threading.Thread(target=run, daemon=True).start()
+    return sent
 
 
 def bench_soak(work: Path, minutes: float, time_factor: float) -> dict[str, Any]:
@@ -168,19 +174,34 @@ def bench_soak(work: Path, minutes: float, time_factor: float) -> dict[str, Any]
         with log.open("wb") as err:
             workers.append(subprocess.Popen([*argv, "--metrics-port", str(ports[i])], cwd=ROOT, stderr=err))
     watch = _SoakWatch(sims, workers, [f"http://127.0.0.1:{p}/metrics" for p in ports])
-    _freeze(sims[2], plan.freeze_at, plan.real(120), t0)
+    t0_wall = time.time() - (time.monotonic() - t0)
+    frozen = _freeze(sims[2], plan.freeze_at, plan.real(120), t0)
     try:
         codes, exits = [], []
         for w in workers:
             codes.append(w.wait())
             exits.append(time.monotonic())
         watch.stop()
-        stats = [s.stats() for s in sims]
+        stats = [s.stats(log=True) for s in sims]
     finally:
         for s in sims:
             s.proc.send_signal(signal.SIGCONT)
             s.stop()
-    return _soak_figures(plan, watch, stats, run_dir, logs, t0, opened, codes, max(exits))
+    out = _soak_figures(plan, watch, stats, run_dir, logs, t0, opened, codes, max(exits))
+    out["frozen_s"] = [round(t - t0_wall, 2) for t in frozen]
+    out["worker_exit_s"] = [round(t - t0, 1) for t in exits]
+    out["last_dispatch_s"] = round(watch.last_dispatch - t0, 1)
+    out["duplicate_detail"] = _duplicates(stats, t0_wall)
+    return out
+
+
+def _duplicates(stats: list[dict[str, Any]], t0_wall: float) -> list[list[tuple[int, str | None, float]]]:
+    """Each prompt generated more than once: (server, rid, seconds after start) of every generation of it."""
+    seen: dict[str, list[tuple[int, str | None, float]]] = {}
+    for i, st in enumerate(stats):
+        for key, log in st.pop("generation_log", {}).items():
+            seen.setdefault(key, []).extend((i, rid, round(at - t0_wall, 2)) for rid, at in log)
+    return [sorted(gens, key=lambda g: g[2]) for gens in seen.values() if len(gens) > 1]
 
 
 def _soak_occupancy(plan: SoakPlan, watch: _SoakWatch, t0: float, opened: float) -> dict[str, Any]:
