@@ -88,6 +88,7 @@ class EndpointClient:
         self._base = build_payload_base(gen)
         self._session: ConnectionPool | None = None
         self._control: ConnectionPool | None = None
+        self._aborts: set[asyncio.Task[None]] = set()  # see abort_moved
 
     async def __aenter__(self) -> EndpointClient:
         # No bound on generation connections: the endpoint pool's capacity bounds them (see the class docstring).
@@ -99,6 +100,9 @@ class EndpointClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._aborts):  # the run is over: nothing of it is worth waiting on a frozen server for
+            task.cancel()
+        await asyncio.gather(*self._aborts, return_exceptions=True)
         for pool in (self._session, self._control):
             if pool is not None:
                 await pool.close()
@@ -194,6 +198,40 @@ class EndpointClient:
                 await self.control.fetch(b"POST", b"/abort_request", orjson.dumps({"rid": rid}))
         except (TransportError, TimeoutError, OSError):
             pass
+
+    def abort_moved(self, rid: str) -> None:
+        """Abort `rid` on this server once it answers, in the background: the request was given up here (the server
+        stopped answering, or the request passed its deadline) and is retried elsewhere.
+
+        A server that comes back (a frozen process, a stalled GPU, a healed partition) would otherwise decode it to
+        its end for nobody, a duplicate of the retry: SGLang does not notice that a non-streaming request's client
+        has gone while the request decodes (`_wait_one_response` in python/sglang/srt/managers/tokenizer_manager.py
+        looks only after 4 s without output, and a decoding request has output every few tokens). The abort waits
+        in the server's socket through a freeze and is sent again after a connect timeout, for as long as the
+        request itself could have run (`request_timeout_s`); a refused or reset connection ends it (the process
+        is gone, and its requests with it). Unknown rids are ignored by SGLang."""
+        task = asyncio.get_running_loop().create_task(self._abort_when_answered(rid))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    async def _abort_when_answered(self, rid: str) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.cfg.request_timeout_s
+        body = orjson.dumps({"rid": rid})
+        delay = max(0.05, self.cfg.backoff_base_s)
+        while (left := until - loop.time()) > 0:
+            try:  # on the generation connections: uncapped, so a freeze's worth of aborts never holds up a probe
+                await self.session.fetch(b"POST", b"/abort_request", body, timeout_s=left)
+                return
+            except ConnectFailed as exc:
+                if isinstance(exc.os_error, ConnectionRefusedError):
+                    return  # the host is up and nothing listens: no process there holds the request
+            except (ConnectionLost, BadResponse, RuntimeError):
+                return  # reset by a dying server; or the client is closing
+            except TimeoutError:
+                pass  # no connection within connect_timeout_s (a partition): again, after a backoff
+            await asyncio.sleep(min(delay, max(0.0, until - loop.time())))
+            delay = min(2 * delay, self.cfg.backoff_max_s)
 
     def _completion(self, parsed: dict[str, Any], seed: int, latency: float) -> Completion:
         usage = parsed["usage"]

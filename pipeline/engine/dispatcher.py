@@ -241,14 +241,15 @@ class Dispatcher:
                 raise
             self._hung.discard(task)
             task.uncancel()  # cancelled by watch_hangs, not by the run: abort it on the server and retry elsewhere
-            await ep.client.abort(rid)
+            ep.client.abort_moved(rid)
             raise HungRequestError(f"{ep.url}: request {rid} past its deadline (hung; aborted)") from None
         finally:
             if task is not None:
                 self._started.pop(task, None)
                 ep.tasks.discard(task)
                 if ep.kills != kills and task.cancelling() and not self.stopping:
-                    task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere
+                    task.uncancel()  # the health monitor declared this endpoint hung: retry elsewhere ...
+                    ep.client.abort_moved(rid)  # ... and abort it there, should the server come back
                     raise EndpointDownError(f"{ep.url}: endpoint declared down while the request was in flight")
 
     async def watch_hangs(self) -> None:

@@ -95,6 +95,7 @@ class SimConfig:
     slow_start_s: float = 0.0  # port closed (connection refused) this long, as while SGLang loads weights
     warmup_s: float = 0.0  # then /health answers 503 this long
     health_delay_s: float = 0.0  # /health's own latency (real SGLang: ≥1 s for its 1-token generation)
+    disconnect_check_s: float = 0.0  # 0: a non-streaming request's gone client is seen at once; see --disconnect-check
     drain_timeout_s: float = 60.0  # SIGTERM: longest wait for in-flight requests
     # faults: probabilities per generation request, drawn from (seed, prompt, attempt)
     p_500: float = 0.0
@@ -242,6 +243,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--slow-start", type=float, help="seconds the port stays closed, as while loading weights")
     s.add_argument("--warmup", type=float, help="seconds /health answers 503 after the port opens")
     s.add_argument("--health-delay", type=float, help="seconds /health takes (real SGLang: ≥1)")
+    s.add_argument(
+        "--disconnect-check",
+        type=_seconds,
+        metavar="S",
+        help="notice that a non-streaming request's client has gone as SGLang does: only after S seconds without "
+        "output (SGLang: 4), so a running request decodes to its end unless /abort_request names it, and a queued "
+        "one is dropped after S seconds (default 0: at once)",
+    )
     f = parser.add_argument_group("faults (probabilities per generation request; deterministic under --seed)")
     for flag, _field, help_text in _FAULT_FLAGS:
         f.add_argument(flag, type=_probability, metavar="P", help=help_text)
@@ -333,6 +342,7 @@ _NS_TO_FIELD = {
     "slow_start": "slow_start_s",
     "warmup": "warmup_s",
     "health_delay": "health_delay_s",
+    "disconnect_check": "disconnect_check_s",
     "down_for": "down_for_s",
     "fail_503_every": "fail_503_every_s",
     "fail_503_for": "fail_503_for_s",

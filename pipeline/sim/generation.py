@@ -123,9 +123,10 @@ async def _handle(request: web.Request, route: str) -> web.StreamResponse:
         await asyncio.Event().wait()  # until the client goes away (the handler is then cancelled)
         raise AssertionError("unreachable") from None
     finally:
-        sim.stats.in_flight -= 1
-        if registered:
-            del sim.inflight[rid]
+        if not (registered and inflight.detached):  # (a detached decode goes on without its client: see _Run)
+            sim.stats.in_flight -= 1
+            if registered:
+                del sim.inflight[rid]
     return await _finish_response(sim, request, response)
 
 
@@ -249,6 +250,31 @@ class _Run:
             self.sim.engine.abort(self.job)
         self.sim.stats.cancelled += 1
 
+    def _detach(self) -> bool:
+        """The client of a non-streaming request went away. SGLang looks for that only after `disconnect_check_s`
+        without output (tokenizer_manager.py `_wait_one_response`), and a running request has output every few
+        tokens: it decodes to its end for nobody unless `/abort_request` names it. With that option set, the decode
+        goes on here too (still in `/v1/loads`, still abortable by its rid). Returns whether it does."""
+        check, job = self.sim.config.disconnect_check_s, self.job
+        if check <= 0 or job is None or job.state == "done":
+            return False
+        self.inflight.detached = True
+        task = asyncio.get_running_loop().create_task(self._decode_for_nobody(job, check))
+        self.sim.orphans.add(task)
+        task.add_done_callback(self.sim.orphans.discard)
+        return True
+
+    async def _decode_for_nobody(self, job: Job, check: float) -> None:
+        try:
+            while not job.done.done():
+                await asyncio.wait({job.done}, timeout=check)
+                if not job.done.done() and job.state == "waiting" and self.sim.engine is not None:
+                    self.sim.engine.abort(job)  # queued, no output for `check` s: SGLang looks and drops it
+            self._record(self._outcome())  # a generation nobody receives, or (aborted) a cancel
+        finally:
+            self.sim.stats.in_flight -= 1
+            self.sim.inflight.pop(self.rid, None)
+
     async def _progress(self) -> AsyncIterator[tuple[int, bool]]:
         """(tokens so far, finished) at each point the stream should flush."""
         if self.job is not None:
@@ -339,7 +365,8 @@ class _Run:
             try:
                 await self._wait()
             except asyncio.CancelledError:
-                self._cancelled()
+                if not self._detach():
+                    self._cancelled()
                 raise
         outcome = self._outcome()
         self._record(outcome)

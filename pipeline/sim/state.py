@@ -38,10 +38,11 @@ MAX_TOTAL_NUM_TOKENS = 1_048_576
 class Inflight:
     """One in-flight generation as `/abort_request` sees it: its decode job, and a way to wake it when aborted."""
 
-    __slots__ = ("_wake", "aborted", "job")
+    __slots__ = ("_wake", "aborted", "detached", "job")
 
     def __init__(self) -> None:
         self.aborted = False
+        self.detached = False  # its client left and the decode goes on (--disconnect-check)
         self.job: Job | None = None
         self._wake: asyncio.Event | None = None  # made only by a request that actually waits
 
@@ -112,6 +113,7 @@ class Sim:
         self.draining = False
         self.dead = False
         self.inflight: dict[str, Inflight] = {}  # by rid (the client's, or the generated id)
+        self.orphans: set[asyncio.Task[None]] = set()  # decodes going on after their client left (--disconnect-check)
         self.prefix_cache = PrefixCache(0 if resolved.get("disable_radix_cache") else config.prefix_cache_tokens)
         self.on_die: Callable[[], None] | None = None
         self.on_down: Callable[[float], None] | None = None

@@ -46,6 +46,7 @@ class SoakPlan:
         args = ["--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--seed", str(i)]
         args += ["--max-running-requests", str(self.slots), "--decode-rate", f"{self.decode_rate:g}"]
         args += ["--mean-output-tokens", str(self.tokens)]
+        args += ["--disconnect-check", f"{self.real(4):g}"]  # SGLang sees a gone client only after 4 s of no output
         if i == 1:  # restarts with the same args: 2 minutes down (weights), then 30 s of /health 503
             down_after = int(self.slots / self.request_s * self.down_at)
             args += [

@@ -1,0 +1,64 @@
+"""A server frozen mid-batch and then resumed: its requests move elsewhere, and it must not finish them for nobody.
+
+SGLang does not notice that a non-streaming request's client has gone while the request decodes (the simulator's
+`--disconnect-check`, as `_wait_one_response` in python/sglang/srt/managers/tokenizer_manager.py), so each request
+the client moved away from the frozen server would decode to its end once the server resumed: a duplicate
+generation of the retry. The client aborts every moved rid in the background; the aborts wait in the frozen
+server's socket and land when it resumes.
+
+Scaled time: requests last ~2 s, several times the health interval (0.2 s), the health timeout (0.4 s) and the
+simulator's disconnect check (0.4 s); the freeze (3 s) is longer than a request.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.integration.test_endpoints import start_run, wait_for
+from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+
+TIMED = ("--decode-rate", "1200", "--max-running-requests", "8", "--disconnect-check", "0.4")  # 300 tokens: ~2 s
+
+
+def test_a_resumed_server_does_not_finish_the_requests_that_moved_away(tmp_path: Path, sim) -> None:
+    steady = sim(*SIM_FLAGS, *TIMED, "--seed", "1")
+    frozen = sim(*SIM_FLAGS, *TIMED, "--seed", "2")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=96)
+    proc = start_run(_config(tmp_path, [steady.url, frozen.url]))
+    try:
+        wait_for(lambda: frozen.stats()["generations_total"] >= 8)  # its batch is full and turning over
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        time.sleep(3.0)  # declared down within ~0.6 s (two missed probes): its requests move
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert f"{frozen.url}: down (" in err and f"{frozen.url}: up again" in err
+    assert_exactly_once(tmp_path / "run", ids)
+    per_prompt: Counter[str] = Counter()
+    for server in (steady, frozen):
+        per_prompt.update(server.stats()["generations"])
+    moved = frozen.stats()["cancelled"]
+    assert moved >= 4, err[-3000:]  # the frozen batch was moved and aborted there, not finished
+    assert [k for k, n in per_prompt.items() if n > 1] == []  # no prompt generated twice
+    assert frozen.stats()["in_flight"] == 0
+
+
+def _config(tmp_path: Path, urls: list[str]) -> Path:
+    eps = "".join(f'[[endpoints]]\nurl = "{u}"\nconcurrency = 8\n' for u in urls)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f'[input]\npath = "{tmp_path / "prompts.jsonl"}"\n'
+        f'[output]\ndir = "{tmp_path / "run"}"\nshard_rows = 100\nsync_interval_s = 0.2\n'
+        '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 4096\n'
+        "[client]\nbackoff_base_s = 0.02\nbackoff_max_s = 0.5\nrequest_timeout_s = 60\nconnect_timeout_s = 1\n"
+        f"health_interval_s = 0.2\nhealth_timeout_s = 0.4\nhealth_failures = 2\n{eps}"
+    )
+    return cfg
