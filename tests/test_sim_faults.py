@@ -313,3 +313,54 @@ def test_a_frozen_engine_makes_no_progress_while_stopped() -> None:
         engine.close()
 
     asyncio.run(main())
+
+
+def test_disconnect_check_a_decode_whose_client_left_goes_on_unless_aborted() -> None:
+    """SGLang sees a non-streaming request's gone client only after 4 s without output: a decoding request runs to
+    its end for nobody (a generation, still running in /v1/loads) unless /abort_request names it."""
+    cfg = SimConfig(decode_tokens_per_s=400, max_running_requests=4, mean_output_tokens=100, disconnect_check_s=0.3)
+
+    async def main() -> None:
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url) as c:
+            async with httpx.AsyncClient(base_url=url) as leaving:
+                gone = [
+                    asyncio.create_task(leaving.post("/v1/chat/completions", json=_body(i, rid=f"r{i}")))
+                    for i in range(2)
+                ]
+                await asyncio.sleep(0.1)
+                for task in gone:
+                    task.cancel()  # the client closes both connections mid-decode
+                await asyncio.gather(*gone, return_exceptions=True)
+            await asyncio.sleep(0.1)
+            [load] = (await c.get("/v1/loads")).json()["loads"]
+            assert load["num_running_reqs"] == 2  # still decoding, for nobody
+            assert (await c.post("/abort_request", json={"rid": "r1"})).status_code == 200
+            for _ in range(100):
+                stats = (await c.get("/_sim/stats")).json()
+                if stats["in_flight"] == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert stats["generations_by_rid"] == {"r0": 1} and stats["cancelled"] == 1 and stats["in_flight"] == 0
+
+    asyncio.run(main())
+
+
+def test_disconnect_check_a_restart_ends_the_decodes_whose_client_left() -> None:
+    """A restarted process loses its whole batch, decodes whose client had left included."""
+    cfg = SimConfig(
+        decode_tokens_per_s=100, max_running_requests=4, mean_output_tokens=200, disconnect_check_s=0.3,
+        down_after=1, down_for_s=0.3,
+    )  # fmt: skip
+
+    async def main() -> None:
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url, timeout=5) as c:
+            long = asyncio.create_task(c.post("/v1/chat/completions", json=_body(0, rid="long")))
+            await asyncio.sleep(0.1)
+            await c.post("/v1/chat/completions", json=_body(1, max_tokens=2))  # the Nth response: down
+            with pytest.raises(httpx.HTTPError):
+                await long
+            await asyncio.sleep(0.5)
+            stats = (await c.get("/_sim/stats")).json()
+            assert "long" not in stats["generations_by_rid"] and stats["in_flight"] == 0 and stats["cancelled"] == 1
+
+    asyncio.run(main())

@@ -237,7 +237,9 @@ class _Server:
         await self._open()
 
     async def _unplug(self) -> None:
-        """Close the listening socket and abort every open connection."""
+        """Close the listening socket and abort every open connection; the batch goes with the process, decodes
+        whose client had left included (--disconnect-check)."""
+        self.sim.abort(None, abort_all=True)
         if self.site is not None:
             with contextlib.suppress(RuntimeError):
                 await self.site.stop()
