@@ -79,7 +79,7 @@ class GenerationConfig:
 @dataclass(frozen=True)
 class ClientConfig:
     max_attempts: int = 4
-    max_endpoint_failures: int = 8  # a prompt that takes this many endpoints down is rejected
+    max_endpoint_failures: int = 8  # requests of a prompt lost to endpoints (down, hung, refusing for load)
     request_timeout_s: float = 3600.0
     connect_timeout_s: float = 10.0
     stream: bool = False

@@ -7,8 +7,9 @@ one turn fails for good (the reject's detail names the turn).
 
 `client.max_attempts` bounds, per turn, the requests that may be the prompt's fault (rejected completions, 5xx,
 timeouts).
-A request lost because its endpoint went down (refused, reset mid-response) is not counted there; a separate
-bound, `client.max_endpoint_failures`, stops a prompt that takes every server it touches down with it.
+A request lost because its endpoint went down (refused, reset mid-response), hung, or refused for load (503 queue
+full, 429, 408) is not counted there; a separate bound, `client.max_endpoint_failures`, stops a prompt that takes
+every server it touches down with it, or that no server ever takes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .. import conversation
 from ..config import Config
 from ..endpoints.pool import Pool
 from ..endpoints.retry import RetryPolicy
-from ..endpoints.state import EndpointState
+from ..endpoints.state import PUSHBACK_STATUSES, EndpointState
 from ..errors import (
     EndpointDownError,
     FatalEndpointError,
@@ -207,7 +208,10 @@ class Dispatcher:
             return None
         except RequestError as exc:  # 5xx, timeouts, invalid JSON: counted, retried after a backoff
             await self.pool.release(ep, error=exc)
-            await self._failed(t, exc, str(exc))
+            if exc.status in PUSHBACK_STATUSES:
+                await self._refused(t, exc)
+            else:
+                await self._failed(t, exc, str(exc))
             return None
         except asyncio.CancelledError:  # drain timed out: give the slot back; the prompt stays pending
             await asyncio.shield(self.pool.release(ep, unused=True))
@@ -216,6 +220,19 @@ class Dispatcher:
         self.circuit.completed()
         self.deadlines.observe(ep.url, completion.completion_tokens, completion.latency_s)
         return completion
+
+    async def _refused(self, t: _Tally, exc: RequestError) -> None:
+        """A refusal for load (503 "The request queue is full.", 429, 408): the server is full, not failing, and
+        the prompt is not at fault, so it does not use one of the prompt's attempts (four refusals in a burst
+        rejected a prompt that no server had looked at). It counts toward `max_endpoint_failures`, so a prompt
+        that no server ever takes still ends; then a backoff (or the server's Retry-After)."""
+        t.endpoint_failures += 1
+        self.metrics.retries += 1
+        self.metrics.record_error(str(exc))
+        t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} refusals or endpoint failures; last: {exc}"
+        self.circuit.failed(str(exc))
+        if t.endpoint_failures < self.cfg.client.max_endpoint_failures:
+            await self.sleep(self.retry.delay_for(t.endpoint_failures, exc.retry_after))
 
     async def _failed(self, t: _Tally, exc: RequestError, detail: str) -> None:
         """A request failure that uses one of the prompt's attempts, then a backoff unless it was the last."""

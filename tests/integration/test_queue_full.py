@@ -130,3 +130,19 @@ def test_bursts_of_queue_full_never_mark_the_endpoint_down_and_its_slots_refill(
     # several requests, which the log and state assertions above catch as well.
     *most, slowest = sorted(refills)
     assert max(most) <= REFILL_BOUND_S and slowest <= 2 * REQUEST_S, refills
+
+
+def test_refusals_do_not_use_the_prompts_attempts(tmp_path: Path, sim) -> None:
+    """A queue-full 503 is the server's load, not the prompt's fault: with max_attempts = 1, prompts refused once
+    or more are still generated (before, each prompt refused once was rejected: ~40% of them here)."""
+    from tests.integration.test_run import write_config
+
+    server = sim(*SIM_FLAGS, "--fail-503", "0.4", "--seed", "5")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=60)
+    cfg = write_config(tmp_path, server.url)
+    cfg.write_text(cfg.read_text().replace("max_attempts = 4", "max_attempts = 1"))
+    result = regen("run", str(cfg), "--no-progress", "--skip-preflight")  # (its probe may be refused too)
+    assert result.returncode == 0, result.stderr
+    good, bad = assert_exactly_once(tmp_path / "run", ids)
+    assert server.stats()["faults"]["503"] >= 15  # many prompts were refused at least once
+    assert bad == [] and len(good) == len(ids)
