@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 MMAP_THRESHOLD = 16 * 1024
-TRIM_INTERVAL_S = 30.0
+TRIM_INTERVAL_S = 5.0
 
 
 class _Unused:

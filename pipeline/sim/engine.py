@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 
 STALL_S = 0.5  # no sign of life for this long means the process did not run: no decode progress meanwhile
-BEAT_S = 0.1  # how often a busy engine notes that its process is running
+BEAT_S = 0.02  # how often a busy engine notes that its process is running
 
 
 class QueueFull(Exception):

@@ -282,7 +282,7 @@ class RunStore:
     @property
     def buffered_rows(self) -> int:
         """Rows held in memory: not yet journaled, or journaled and waiting for a full row group."""
-        return len(self._buffer) + sum(len(p.buffer) for p in self._parts.values())
+        return len(self._buffer) + sum(p.pending for p in self._parts.values())
 
     @property
     def needs_sync(self) -> bool:
