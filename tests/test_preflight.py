@@ -154,6 +154,27 @@ def test_transient_probe_failures_are_retried() -> None:
     assert report["info"]["probe_attempts"] == 2 and len(slept) == 1
 
 
+def test_a_probe_refused_for_load_is_a_warning_not_drift() -> None:
+    """A full server (503 "The request queue is full.", as SGLang's with --max-queued-requests, or another worker's
+    run on it) is up: the probe is retried on the refusals' own budget (max_endpoint_failures, not max_attempts),
+    and a server that keeps refusing is a warning, since nothing it said contradicts the config."""
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    cfg = _cfg({}, client={"backoff_base_s": 0.01, "max_attempts": 1, "max_endpoint_failures": 3})
+    report = _with_sim([*GOOD, "--fail-503", "1.0"], lambda url: preflight_endpoint(url, cfg, sleep=sleep))
+    check = _by_name(report)["probe"]
+    assert check["ok"] and check["level"] == "warning" and "refused for load 3 times" in check["hint"]
+    assert report["ok"] and report["info"]["probe_attempts"] == 3 and len(slept) == 2
+    key = prompt_key([{"role": "user", "content": PROBE_PROMPT}])
+    plan = [FaultPlan(seed, p_503=0.5) for seed in range(200)]
+    seed = next(i for i, f in enumerate(plan) if f.draw(key, 0) == "503" and f.draw(key, 1) is None)
+    report = _with_sim([*GOOD, "--fail-503", "0.5", "--seed", str(seed)], lambda url: preflight_endpoint(url, cfg))
+    assert _by_name(report)["thinking"]["ok"] and report["info"]["probe_attempts"] == 2  # refused once, then served
+
+
 def test_port_closed_is_reported_as_still_loading() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

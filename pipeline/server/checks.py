@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Config, EndpointConfig
+from ..endpoints.state import PUSHBACK_STATUSES
 from . import server_args
 from .drift_hints import drift_hint
 
@@ -190,6 +191,12 @@ def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[
     probe = got.probe
     if probe is None:
         return []
+    if "error" in probe and probe.get("status") in PUSHBACK_STATUSES:  # up and full: nothing said about its config
+        hint = (
+            f"refused for load {probe.get('refused', 1)} times (its queue is full: another run on this server?); "
+            "the reasoning split was not checked here, and every completion is still validated"
+        )
+        return [make_check("probe", None, "a completion", probe["error"], True, hint, "warning")]
     if "error" in probe:
         return [
             make_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")

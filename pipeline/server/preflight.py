@@ -25,6 +25,7 @@ import httpx
 
 from ..config import ClientConfig, Config, EndpointConfig
 from ..endpoints.retry import RetryPolicy
+from ..endpoints.state import PUSHBACK_STATUSES
 from ..errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
 from . import server_args
 from .checks import (
@@ -230,14 +231,31 @@ async def _probe(ctl: _Control, cfg: Config, got: Observed, retry: RetryPolicy, 
     async def once() -> dict[str, Any]:
         rids.append(f"{PROBE_RID_PREFIX}{uuid.uuid4().hex}")
         resp = await ctl.request("POST", "/v1/chat/completions", json={**body, "rid": rids[-1]}, timeout=300.0)
-        if resp.status_code >= 500:
+        if resp.status_code >= 500 or resp.status_code in PUSHBACK_STATUSES:
             raise RetryableRequestError(f"HTTP {resp.status_code}: {resp.text[:200]}", status=resp.status_code)
         return _parse_probe(resp)
 
-    try:
-        out = await _retrying(once, cfg.client.max_attempts, retry, sleep)
-    except RequestError as exc:
-        out = {"error": str(exc)}
+    # As in a run (engine/dispatcher.py): a refusal for load (503 queue full, 429, 408) is the server's load, so it
+    # has its own budget (max_endpoint_failures), not the attempts of what may be the request's fault.
+    failed = refused = 0
+    while True:
+        try:
+            out = await once()
+            break
+        except RetryableRequestError as exc:
+            if exc.status in PUSHBACK_STATUSES:
+                refused += 1
+                n, budget = refused, cfg.client.max_endpoint_failures
+            else:
+                failed += 1
+                n, budget = failed, cfg.client.max_attempts
+            if n >= budget:
+                out = {"error": str(exc), "status": exc.status, "refused": refused}
+                break
+            await sleep(retry.delay_for(n, exc.retry_after))
+        except RequestError as exc:
+            out = {"error": str(exc)}
+            break
     return {**out, "rid": rids[-1] if rids else None, "attempts": len(rids)}
 
 
