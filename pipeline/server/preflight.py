@@ -15,18 +15,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import socket
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
 from typing import Any
-
-import httpx
 
 from ..config import ClientConfig, Config, EndpointConfig
 from ..endpoints.retry import RetryPolicy
-from ..endpoints.state import PUSHBACK_STATUSES
-from ..errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
+from ..errors import EndpointDownError, FatalEndpointError, RetryableRequestError
 from . import server_args
 from .checks import (
     Expectation,
@@ -42,6 +37,9 @@ from .checks import (
     make_check,
     worker_checks,
 )
+from .control import Control, Sleep, UnresolvedHost, control_plane, retrying
+from .probe import PROBE_PROMPT, PROBE_RID_PREFIX
+from .probe import probe as probe_server
 
 __all__ = [
     "PROBE_PROMPT",
@@ -53,86 +51,10 @@ __all__ = [
     "server_fingerprint",
 ]
 
-PROBE_RID_PREFIX = "regen-probe-"
-PROBE_MAX_TOKENS = 128
-PROBE_PROMPT = "What is 17 + 25? Think briefly, then answer with the number."
-
-Sleep = Callable[[float], Awaitable[None]]
-
-
-# ---------------------------------------------------------------- the control plane (one httpx client)
-
-
-class _Control:
-    """Small GETs and one probe POST to one server; transport failures become our errors here and only here."""
-
-    def __init__(self, url: str, client: ClientConfig, api_key: str | None):
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        timeout = httpx.Timeout(connect=client.connect_timeout_s, read=60.0, write=30.0, pool=30.0)
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=2)
-        # Plain-HTTP endpoints need no CA bundle: loading one costs ~0.15 s per client, at every start.
-        verify = not self.url.startswith("http://")
-        self.http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, limits=limits, verify=verify)
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            return await self.http.request(method, path, **kwargs)
-        except httpx.ConnectError as exc:
-            if _is_dns_failure(exc):
-                raise _UnresolvedHost(f"cannot resolve host {self.http.base_url.host!r} ({exc})") from None
-            raise EndpointDownError(f"{self.url}: port closed ({exc})") from None
-        except httpx.TimeoutException as exc:
-            raise RetryableRequestError(f"{self.url}{path}: timed out ({type(exc).__name__})") from None
-        except httpx.TransportError as exc:
-            raise RetryableRequestError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from None
-
-    async def json(self, path: str) -> tuple[int, Any]:
-        """(status, parsed body or None) for a GET."""
-        resp = await self.request("GET", path)
-        try:
-            return resp.status_code, resp.json() if resp.content else None
-        except ValueError:
-            return resp.status_code, None
-
-
-class _UnresolvedHost(EndpointDownError):
-    """The host name does not resolve: a typo or a node that is gone, not a server still loading its weights."""
-
-
-def _is_dns_failure(exc: BaseException) -> bool:
-    """Whether a connect error comes from name resolution (socket.gaierror somewhere in its chain)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, socket.gaierror):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-@asynccontextmanager
-async def _control(url: str, client: ClientConfig, api_key: str | None) -> AsyncIterator[_Control]:
-    ctl = _Control(url, client, api_key)
-    async with ctl.http:
-        yield ctl
-
-
-async def _retrying(fn: Callable[[], Awaitable[Any]], attempts: int, policy: RetryPolicy, sleep: Sleep) -> Any:
-    """Run `fn`, retrying transient failures (timeouts, resets, 5xx) with the run's retry policy."""
-    for attempt in range(1, max(1, attempts) + 1):
-        try:
-            return await fn()
-        except RetryableRequestError as exc:
-            if attempt >= attempts:
-                raise
-            await sleep(policy.delay_for(attempt, exc.retry_after))
-    raise AssertionError("unreachable")
-
-
 # ---------------------------------------------------------------- observing
 
 
-async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> Observed:
+async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sleep: Sleep) -> Observed:
     got = Observed(ctl.url)
     attempts = cfg.client.max_attempts
 
@@ -143,11 +65,11 @@ async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, s
                 raise RetryableRequestError(f"{ctl.url}{path}: HTTP {status}", status=status)
             return status, body
 
-        return await _retrying(once, attempts, retry, sleep)
+        return await retrying(once, attempts, retry, sleep)
 
     try:
         status, body = await get("/v1/models")
-    except _UnresolvedHost as exc:
+    except UnresolvedHost as exc:
         got.reach = str(exc)
         return got
     except EndpointDownError:
@@ -165,7 +87,7 @@ async def _gather(ctl: _Control, cfg: Config, probe: bool, retry: RetryPolicy, s
     if _is_router(got.info):
         got.router_workers = await _router_workers(get)
     if probe:
-        got.probe = await _probe(ctl, cfg, got, retry, sleep)
+        got.probe = await probe_server(ctl, cfg, (got.info or {}).get("version"), retry, sleep)
         if got.info is not None and got.router_workers is None:
             _, fresh = await get(got.info_path)  # avg_spec_accept_length now counts the probe
             if isinstance(fresh, dict):
@@ -210,77 +132,6 @@ async def _router_workers(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> l
     return [str(u) for u in urls if u] if status == 200 else []
 
 
-async def _probe(ctl: _Control, cfg: Config, got: Observed, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
-    """One small thinking request; a fresh rid per attempt (a retried rid may still be in flight: 400 duplicate)."""
-    gen = cfg.generation
-    version = (got.info or {}).get("version")
-    body: dict[str, Any] = {
-        "model": gen.model,
-        "messages": [{"role": "user", "content": PROBE_PROMPT}],
-        "max_tokens": PROBE_MAX_TOKENS,
-        "temperature": gen.temperature,
-        "top_p": gen.top_p,
-        "separate_reasoning": gen.separate_reasoning,
-        "chat_template_kwargs": {"enable_thinking": gen.thinking},
-    }
-    v = server_args.version_tuple(version)
-    if v is not None and v >= (0, 5, 14):
-        body["return_meta_info"] = True
-    rids: list[str] = []
-
-    async def once() -> dict[str, Any]:
-        rids.append(f"{PROBE_RID_PREFIX}{uuid.uuid4().hex}")
-        resp = await ctl.request("POST", "/v1/chat/completions", json={**body, "rid": rids[-1]}, timeout=300.0)
-        if resp.status_code >= 500 or resp.status_code in PUSHBACK_STATUSES:
-            raise RetryableRequestError(f"HTTP {resp.status_code}: {resp.text[:200]}", status=resp.status_code)
-        return _parse_probe(resp)
-
-    # As in a run (engine/dispatcher.py): a refusal for load (503 queue full, 429, 408) is the server's load, so it
-    # has its own budget (max_endpoint_failures), not the attempts of what may be the request's fault.
-    failed = refused = 0
-    while True:
-        try:
-            out = await once()
-            break
-        except RetryableRequestError as exc:
-            if exc.status in PUSHBACK_STATUSES:
-                refused += 1
-                n, budget = refused, cfg.client.max_endpoint_failures
-            else:
-                failed += 1
-                n, budget = failed, cfg.client.max_attempts
-            if n >= budget:
-                out = {"error": str(exc), "status": exc.status, "refused": refused}
-                break
-            await sleep(retry.delay_for(n, exc.retry_after))
-        except RequestError as exc:
-            out = {"error": str(exc)}
-            break
-    return {**out, "rid": rids[-1] if rids else None, "attempts": len(rids)}
-
-
-def _parse_probe(resp: httpx.Response) -> dict[str, Any]:
-    try:
-        obj = resp.json()
-    except ValueError:
-        raise RetryableRequestError(f"HTTP {resp.status_code}: invalid JSON in the probe response") from None
-    if resp.status_code != 200 or not isinstance(obj, dict) or not obj.get("choices"):
-        message = obj.get("message") or obj.get("error") if isinstance(obj, dict) else obj
-        return {"error": f"HTTP {resp.status_code}: {str(message)[:300]}", "status": resp.status_code}
-    choice = obj["choices"][0]
-    message = choice.get("message") or {}
-    meta = choice.get("meta_info") or {}
-    spec = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
-    accept = meta.get("spec_accept_length") or spec.get("spec_accept_length") or spec.get("accept_length")
-    return {
-        "content": message.get("content") or "",
-        "reasoning": message.get("reasoning_content") or "",
-        "finish_reason": choice.get("finish_reason"),
-        "spec_accept_length": accept,
-        "usage": obj.get("usage") or {},
-    }
-
-
 # ---------------------------------------------------------------- public API
 
 
@@ -318,7 +169,7 @@ async def preflight_endpoint(
     retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
     ep = _endpoint_config(cfg, url)
     expectations = _expectations(cfg, extra_expect)
-    async with _control(url, cfg.client, api_key) as ctl:
+    async with control_plane(url, cfg.client, api_key) as ctl:
         got = await _gather(ctl, cfg, probe, retry, sleep)
     checks = judge_reach(got, ep)
     result: dict[str, Any] = {
@@ -400,7 +251,7 @@ async def _failed_start(spec: EndpointConfig, message: str) -> dict[str, Any]:
 async def server_fingerprint(url: str, api_key: str | None = None, client: ClientConfig | None = None) -> dict:
     """The subset of /server_info that says "same configuration": compare two with `fingerprint_changes`.
     Raises EndpointDownError (port closed), FatalEndpointError (auth) or RetryableRequestError."""
-    async with _control(url, client or ClientConfig(), api_key) as ctl:
+    async with control_plane(url, client or ClientConfig(), api_key) as ctl:
         for path in ("/server_info", "/get_server_info"):
             status, body = await ctl.json(path)
             if status in (401, 403):

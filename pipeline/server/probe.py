@@ -1,0 +1,93 @@
+"""The live thinking probe of preflight: one small chat request, and what its completion shows.
+
+A fresh rid per attempt, prefixed `regen-probe-` (a retried rid may still be in flight: 400 duplicate; the simulator
+counts probes apart from generations). As in a run (engine/dispatcher.py), a refusal for load (503 "The request
+queue is full.", 429, 408) is the server's load, so it has its own budget, `client.max_endpoint_failures`, not the
+`client.max_attempts` of what may be the request's fault.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from ..config import Config
+from ..endpoints.retry import RetryPolicy
+from ..endpoints.state import PUSHBACK_STATUSES
+from ..errors import RequestError, RetryableRequestError
+from . import server_args
+from .control import Control, Sleep
+
+PROBE_RID_PREFIX = "regen-probe-"
+PROBE_MAX_TOKENS = 128
+PROBE_PROMPT = "What is 17 + 25? Think briefly, then answer with the number."
+
+
+async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
+    """One small thinking request; a fresh rid per attempt (a retried rid may still be in flight: 400 duplicate)."""
+    gen = cfg.generation
+    body: dict[str, Any] = {
+        "model": gen.model,
+        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        "max_tokens": PROBE_MAX_TOKENS,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "separate_reasoning": gen.separate_reasoning,
+        "chat_template_kwargs": {"enable_thinking": gen.thinking},
+    }
+    v = server_args.version_tuple(version)
+    if v is not None and v >= (0, 5, 14):
+        body["return_meta_info"] = True
+    rids: list[str] = []
+
+    async def once() -> dict[str, Any]:
+        rids.append(f"{PROBE_RID_PREFIX}{uuid.uuid4().hex}")
+        resp = await ctl.request("POST", "/v1/chat/completions", json={**body, "rid": rids[-1]}, timeout=300.0)
+        if resp.status_code >= 500 or resp.status_code in PUSHBACK_STATUSES:
+            raise RetryableRequestError(f"HTTP {resp.status_code}: {resp.text[:200]}", status=resp.status_code)
+        return _parse_probe(resp)
+
+    failed = refused = 0
+    while True:
+        try:
+            out = await once()
+            break
+        except RetryableRequestError as exc:
+            if exc.status in PUSHBACK_STATUSES:
+                refused += 1
+                n, budget = refused, cfg.client.max_endpoint_failures
+            else:
+                failed += 1
+                n, budget = failed, cfg.client.max_attempts
+            if n >= budget:
+                out = {"error": str(exc), "status": exc.status, "refused": refused}
+                break
+            await sleep(retry.delay_for(n, exc.retry_after))
+        except RequestError as exc:
+            out = {"error": str(exc)}
+            break
+    return {**out, "rid": rids[-1] if rids else None, "attempts": len(rids)}
+
+
+def _parse_probe(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        obj = resp.json()
+    except ValueError:
+        raise RetryableRequestError(f"HTTP {resp.status_code}: invalid JSON in the probe response") from None
+    if resp.status_code != 200 or not isinstance(obj, dict) or not obj.get("choices"):
+        message = obj.get("message") or obj.get("error") if isinstance(obj, dict) else obj
+        return {"error": f"HTTP {resp.status_code}: {str(message)[:300]}", "status": resp.status_code}
+    choice = obj["choices"][0]
+    message = choice.get("message") or {}
+    meta = choice.get("meta_info") or {}
+    spec = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
+    accept = meta.get("spec_accept_length") or spec.get("spec_accept_length") or spec.get("accept_length")
+    return {
+        "content": message.get("content") or "",
+        "reasoning": message.get("reasoning_content") or "",
+        "finish_reason": choice.get("finish_reason"),
+        "spec_accept_length": accept,
+        "usage": obj.get("usage") or {},
+    }
