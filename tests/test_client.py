@@ -99,3 +99,46 @@ def test_sse_error_event_and_missing_done() -> None:
         _read(_sse([_EVENTS[1], {"error": {"code": 503, "message": "busy"}}]))
     with pytest.raises(RetryableRequestError, match="without \\[DONE\\]"):
         _read(_sse(_EVENTS, done=False))
+
+
+def test_abort_moved_waits_for_a_frozen_server_and_gives_up_on_a_closed_port() -> None:
+    """The abort of a moved request waits in a server's socket until it is read (a frozen server that comes back),
+    and ends at once where nothing listens (the process is gone, and its requests with it)."""
+    import asyncio
+    import socket
+
+    from pipeline.config import ClientConfig
+    from pipeline.endpoints.client import EndpointClient
+
+    async def main() -> None:
+        received: list[bytes] = []
+        frozen = asyncio.Event()
+
+        async def server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await frozen.wait()  # stopped: the request waits in the socket
+            received.append(await reader.readuntil(b"}"))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        srv = await asyncio.start_server(server, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        cfg = ClientConfig(connect_timeout_s=0.5, request_timeout_s=5.0)
+        async with EndpointClient(f"http://127.0.0.1:{port}", gen=GenerationConfig(model="m"), client=cfg) as client:
+            client.abort_moved("regen-p1-0-7")
+            await asyncio.sleep(0.5)  # longer than the connect timeout: still waiting, not given up
+            assert received == [] and len(client._aborts) == 1
+            frozen.set()  # SIGCONT
+            await asyncio.wait_for(asyncio.gather(*client._aborts), 2)
+            assert (
+                received and received[0].startswith(b"POST /abort_request ") and b'"rid":"regen-p1-0-7"' in received[0]
+            )
+        srv.close()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            closed = sock.getsockname()[1]  # bound, not listening: refused
+            async with EndpointClient(f"http://127.0.0.1:{closed}", gen=GenerationConfig(model="m"), client=cfg) as c:
+                c.abort_moved("regen-p2-0-8")
+                await asyncio.wait_for(asyncio.gather(*c._aborts), 1)  # ends at once, no retry for 5 s
+
+    asyncio.run(main())

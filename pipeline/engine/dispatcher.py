@@ -208,10 +208,7 @@ class Dispatcher:
             return None
         except RequestError as exc:  # 5xx, timeouts, invalid JSON: counted, retried after a backoff
             await self.pool.release(ep, error=exc)
-            if exc.status in PUSHBACK_STATUSES:
-                await self._refused(t, exc)
-            else:
-                await self._failed(t, exc, str(exc))
+            await self._failed(t, exc, str(exc), refused=exc.status in PUSHBACK_STATUSES)
             return None
         except asyncio.CancelledError:  # drain timed out: give the slot back; the prompt stays pending
             await asyncio.shield(self.pool.release(ep, unused=True))
@@ -221,28 +218,29 @@ class Dispatcher:
         self.deadlines.observe(ep.url, completion.completion_tokens, completion.latency_s)
         return completion
 
-    async def _refused(self, t: _Tally, exc: RequestError) -> None:
-        """A refusal for load (503 "The request queue is full.", 429, 408): the server is full, not failing, and
-        the prompt is not at fault, so it does not use one of the prompt's attempts (four refusals in a burst
-        rejected a prompt that no server had looked at). It counts toward `max_endpoint_failures`, so a prompt
-        that no server ever takes still ends; then a backoff (or the server's Retry-After)."""
-        t.endpoint_failures += 1
-        self.metrics.retries += 1
-        self.metrics.record_error(str(exc))
-        t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} refusals or endpoint failures; last: {exc}"
-        self.circuit.failed(str(exc))
-        if t.endpoint_failures < self.cfg.client.max_endpoint_failures:
-            await self.sleep(self.retry.delay_for(t.endpoint_failures, exc.retry_after))
+    async def _failed(self, t: _Tally, exc: RequestError, detail: str, *, refused: bool = False) -> None:
+        """A request failure, then a backoff (or the server's Retry-After) unless it was the last of its budget.
 
-    async def _failed(self, t: _Tally, exc: RequestError, detail: str) -> None:
-        """A request failure that uses one of the prompt's attempts, then a backoff unless it was the last."""
-        t.attempts += 1
+        A refusal for load (503 "The request queue is full.", 429, 408) means the server is full, not failing,
+        and the prompt is not at fault: it counts toward `max_endpoint_failures` (so a prompt no server ever takes
+        still ends), not one of the prompt's `max_attempts` (four refusals in a burst rejected a prompt that no
+        server had looked at). Any other failure uses one of the attempts."""
+        if refused:
+            t.endpoint_failures += 1
+            n, budget, what = (
+                t.endpoint_failures,
+                self.cfg.client.max_endpoint_failures,
+                "refusals or endpoint failures",
+            )
+        else:
+            t.attempts += 1
+            n, budget, what = t.attempts, self.cfg.client.max_attempts, "attempts"
         self.metrics.retries += 1
         self.metrics.record_error(str(exc))
-        t.reason, t.detail = "exhausted_retries", f"{t.attempts} attempts; last: {detail}"
+        t.reason, t.detail = "exhausted_retries", f"{n} {what}; last: {detail}"
         self.circuit.failed(str(exc))
-        if t.attempts < self.cfg.client.max_attempts:
-            await self.sleep(self.retry.delay_for(t.attempts, exc.retry_after))
+        if n < budget:
+            await self.sleep(self.retry.delay_for(n, exc.retry_after))
 
     async def _chat(self, prompt: Prompt, ep: EndpointState, attempt: int, rid: str) -> Completion:
         """The request itself, registered with its endpoint so the health monitor can cancel it if it hangs."""

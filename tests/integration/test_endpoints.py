@@ -21,7 +21,10 @@ from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_pro
 SLOW = ("--decode-rate", "6000", "--max-running-requests", "8", "--mean-output-tokens", "300")
 
 
-def config(tmp_path: Path, urls: list[str], extra: str = "", client: str = "") -> Path:
+HEALTH = "health_interval_s = 0.5\nhealth_timeout_s = 1.0\nhealth_failures = 2\n"
+
+
+def config(tmp_path: Path, urls: list[str], extra: str = "", client: str = "", health: str = HEALTH) -> Path:
     eps = "".join(f'[[endpoints]]\nurl = "{u}"\nconcurrency = 8\n' for u in urls)
     cfg = tmp_path / "run.toml"
     cfg.write_text(
@@ -29,7 +32,7 @@ def config(tmp_path: Path, urls: list[str], extra: str = "", client: str = "") -
         f'[output]\ndir = "{tmp_path / "run"}"\nshard_rows = 100\nsync_interval_s = 0.2\n'
         '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 4096\n'
         "[client]\nmax_attempts = 4\nbackoff_base_s = 0.02\nbackoff_max_s = 0.5\nrequest_timeout_s = 60\n"
-        f"health_interval_s = 0.5\nhealth_timeout_s = 1.0\nhealth_failures = 2\n{client}\n{eps}"
+        f"{health}{client}\n{eps}"
     )
     return cfg
 

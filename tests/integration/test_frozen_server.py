@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.integration.test_endpoints import start_run, wait_for
+from tests.integration.test_endpoints import config, start_run, wait_for
 from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
 
 TIMED = ("--decode-rate", "1200", "--max-running-requests", "8", "--disconnect-check", "0.4")  # 300 tokens: ~2 s
@@ -28,7 +28,8 @@ def test_a_resumed_server_does_not_finish_the_requests_that_moved_away(tmp_path:
     steady = sim(*SIM_FLAGS, *TIMED, "--seed", "1")
     frozen = sim(*SIM_FLAGS, *TIMED, "--seed", "2")
     ids = write_prompts(tmp_path / "prompts.jsonl", n=96)
-    proc = start_run(_config(tmp_path, [steady.url, frozen.url]))
+    health = "health_interval_s = 0.2\nhealth_timeout_s = 0.4\nhealth_failures = 2\n"
+    proc = start_run(config(tmp_path, [steady.url, frozen.url], client="connect_timeout_s = 1", health=health))
     try:
         wait_for(lambda: frozen.stats()["generations_total"] >= 8)  # its batch is full and turning over
         os.kill(frozen.proc.pid, signal.SIGSTOP)
@@ -49,16 +50,3 @@ def test_a_resumed_server_does_not_finish_the_requests_that_moved_away(tmp_path:
     assert moved >= 4, err[-3000:]  # the frozen batch was moved and aborted there, not finished
     assert [k for k, n in per_prompt.items() if n > 1] == []  # no prompt generated twice
     assert frozen.stats()["in_flight"] == 0
-
-
-def _config(tmp_path: Path, urls: list[str]) -> Path:
-    eps = "".join(f'[[endpoints]]\nurl = "{u}"\nconcurrency = 8\n' for u in urls)
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(
-        f'[input]\npath = "{tmp_path / "prompts.jsonl"}"\n'
-        f'[output]\ndir = "{tmp_path / "run"}"\nshard_rows = 100\nsync_interval_s = 0.2\n'
-        '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 4096\n'
-        "[client]\nbackoff_base_s = 0.02\nbackoff_max_s = 0.5\nrequest_timeout_s = 60\nconnect_timeout_s = 1\n"
-        f"health_interval_s = 0.2\nhealth_timeout_s = 0.4\nhealth_failures = 2\n{eps}"
-    )
-    return cfg
