@@ -192,6 +192,14 @@ def _bool_flag(parser: argparse._ActionsContainer, flag: str, help_text: str) ->
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Every `regen sim` flag: SGLang launch flags (SGLang spellings), simulator knobs and fault knobs."""
+    _add_launch_flags(parser)
+    _add_release_flags(parser)
+    _add_simulator_flags(parser)
+    _add_fault_flags(parser)
+    parser.set_defaults(_sim_parser=parser)
+
+
+def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("SGLang launch flags (reported by /server_info after version-specific resolution)")
     g.add_argument("--model-path", help="model to pretend to serve (default Qwen/Qwen3.6-27B, a hybrid-mamba arch)")
     g.add_argument("--served-model-name", help="name in /v1/models and /model_info (default: the model path)")
@@ -220,7 +228,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-mamba-cache-size", type=int, help="mamba cache slots; caps hybrid-model concurrency")
     g.add_argument("--host", help="bind address (default 127.0.0.1)")
     g.add_argument("--port", type=int, help="port (default 0: pick a free one; the URL is the first stdout line)")
-    _add_release_flags(parser)
+
+
+def _add_simulator_flags(parser: argparse.ArgumentParser) -> None:
     s = parser.add_argument_group("simulator")
     s.add_argument("--sim-version", choices=VERSIONS, help="SGLang version to emulate (default 0.5.23)")
     s.add_argument("--sim-architecture", help="HF architecture to pretend (default: derived from --model-path)")
@@ -251,6 +261,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "output (SGLang: 4), so a running request decodes to its end unless /abort_request names it, and a queued "
         "one is dropped after S seconds (default 0: at once)",
     )
+
+
+def _add_fault_flags(parser: argparse.ArgumentParser) -> None:
     f = parser.add_argument_group("faults (probabilities per generation request; deterministic under --seed)")
     for flag, _field, help_text in _FAULT_FLAGS:
         f.add_argument(flag, type=_probability, metavar="P", help=help_text)
@@ -285,7 +298,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument(
         "--down-for", type=_seconds, metavar="S", help="seconds the port stays closed after --down-after (default 5)"
     )
-    parser.set_defaults(_sim_parser=parser)
 
 
 def _add_release_flags(parser: argparse.ArgumentParser) -> None:
