@@ -175,6 +175,32 @@ def test_a_probe_refused_for_load_is_a_warning_not_drift() -> None:
     assert _by_name(report)["thinking"]["ok"] and report["info"]["probe_attempts"] == 2  # refused once, then served
 
 
+def test_preflight_passes_against_a_server_answering_30_percent_empty() -> None:
+    """An empty reply is the failure a repair run exists for, not a sign of a missing reasoning parser: the probe
+    asks again, and only a reply with text judges the reasoning split. Eight preflights in a row (sixteen array
+    workers' worth of probes would be the same) against a server whose first two probe replies are empty."""
+    key = prompt_key([{"role": "user", "content": PROBE_PROMPT}])
+    plan = [FaultPlan(seed, p_empty=0.3) for seed in range(500)]
+    seed = next(i for i, f in enumerate(plan) if [f.draw(key, n) for n in range(3)] == ["empty", "empty", None])
+
+    async def body(url: str) -> list[dict[str, Any]]:
+        return [await preflight_endpoint(url, _cfg()) for _ in range(8)]
+
+    reports = _with_sim([*GOOD, "--fail-empty", "0.3", "--seed", str(seed)], body)
+    for report in reports:
+        assert report["ok"], format_preflight({"ok": False, "endpoints": [report]})
+        assert _by_name(report)["thinking"]["actual"].startswith("reasoning ")  # judged on a reply with text
+    assert reports[0]["info"]["probe_attempts"] == 3
+
+
+def test_a_server_answering_only_empty_is_a_warning_not_a_missing_parser() -> None:
+    report = _with_sim([*GOOD, "--fail-empty", "1.0"], lambda url: preflight_endpoint(url, _cfg()))
+    check = _by_name(report)["thinking"]
+    assert report["ok"] and check["level"] == "warning" and check["actual"] == "empty completions"
+    assert "--reasoning-parser" not in check["hint"] and "5 probe replies in a row" in check["hint"]
+    assert "DRIFT" not in format_preflight({"ok": True, "endpoints": [report]})
+
+
 def test_port_closed_is_reported_as_still_loading() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

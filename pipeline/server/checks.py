@@ -202,6 +202,13 @@ def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[
             make_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")
         ]
     must = "reasoning_parser" in expect_keys
+    if not probe["content"] and not probe["reasoning"]:  # nothing to judge the reasoning split on: not drift
+        hint = (
+            f"{probe.get('empty', 1)} probe replies in a row had neither reasoning nor answer; the reasoning split "
+            "was not checked, and the run rejects empty completions (empty_response) and retries them"
+        )
+        return [make_check("thinking", "reasoning_content", "a completion with text", "empty completions", True,
+                           hint, "warning")]  # fmt: skip
     if cfg.generation.thinking:
         checks = [_separated_check(probe["content"], probe["reasoning"], must)]
     else:

@@ -4,6 +4,11 @@ A fresh rid per attempt, prefixed `regen-probe-` (a retried rid may still be in 
 counts probes apart from generations). As in a run (engine/dispatcher.py), a refusal for load (503 "The request
 queue is full.", 429, 408) is the server's load, so it has its own budget, `client.max_endpoint_failures`, not the
 `client.max_attempts` of what may be the request's fault.
+
+An empty reply (no reasoning, no answer: the very failure a repair run exists for, a few percent of any server's
+replies) says nothing about where the server puts reasoning, so it is asked again, up to `PROBE_EMPTY_TRIES` times;
+only a reply with text is judged. A server that answers empty every time is reported as such (`empty`), never as a
+missing reasoning parser.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from .control import Control, Sleep
 PROBE_RID_PREFIX = "regen-probe-"
 PROBE_MAX_TOKENS = 128
 PROBE_PROMPT = "What is 17 + 25? Think briefly, then answer with the number."
+PROBE_EMPTY_TRIES = 5  # at 30% empty replies, five in a row come once in ~400 probes (and then only warn)
 
 
 async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPolicy, sleep: Sleep) -> dict[str, Any]:
@@ -49,11 +55,15 @@ async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPoli
             raise RetryableRequestError(f"HTTP {resp.status_code}: {resp.text[:200]}", status=resp.status_code)
         return _parse_probe(resp)
 
-    failed = refused = 0
+    failed = refused = empty = 0
     while True:
         try:
             out = await once()
-            break
+            if out["content"] or out["reasoning"] or empty + 1 >= PROBE_EMPTY_TRIES:
+                out = {**out, "empty": empty + (0 if out["content"] or out["reasoning"] else 1)}
+                break
+            empty += 1
+            continue
         except RetryableRequestError as exc:
             if exc.status in PUSHBACK_STATUSES:
                 refused += 1
