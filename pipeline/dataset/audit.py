@@ -39,7 +39,7 @@ from .input_files import Broken, resolve
 from .input_files import _parse_line as parse_line
 from .line_blocks import BLOCK_BYTES, line_blocks, line_ranges, ordered_map, read_range
 from .reservoirs import Examples, Reservoir
-from .stored import StoredTurn, given_id, read_chunks, stored_turns
+from .stored import StoredTurn, given_id, id_problem, read_chunks, stored_turns
 
 BAD_INPUT = "bad_input"
 MAX_GROUPS = 1000  # distinct values of the --by column kept apart; the rest count under OTHER
@@ -106,6 +106,8 @@ def audit_row(data: Any, opts: AuditOptions) -> RowAudit:
         return RowAudit(bad=data.detail)
     if not isinstance(data, dict):
         return RowAudit(bad=f"row is a JSON {conversation.type_name(data)}, not an object")
+    if isinstance(given := data.get(opts.id_field), str) and (problem := id_problem(given)):
+        return RowAudit(bad=f"{opts.id_field}: {problem}")  # `regen run` refuses it as bad_input
     found = conversation.find_conversation(data, opts.messages_field)
     try:
         if found is None:

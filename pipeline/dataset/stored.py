@@ -16,6 +16,7 @@ Row ids follow the reader's rule (engine/reader.py): the id field as a string, e
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +57,24 @@ def content_id(messages: Sequence[Mapping[str, str]]) -> str:
 
 
 def given_id(data: Mapping[str, Any], id_field: str) -> str | None:
-    """The row's own id as the reader reads it (a non-empty string or an integer), or None."""
+    """The row's own id as the reader reads it (a non-empty string or an integer without a control character),
+    or None."""
     value = data.get(id_field)
     if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
         return None
-    return str(value)
+    return None if id_problem(str(value)) else str(value)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def id_problem(value: str) -> str | None:
+    """Why `value` cannot be a row id, or None. An id is one line: a newline, CR, NUL or any other control
+    character would split an id list (`audit --ids-out`, `run --only-ids`) or a log line in two."""
+    found = _CONTROL.search(value)
+    if found is None:
+        return None
+    return f"id {value!r} holds a control character ({found[0]!r} at {found.start()}); ids must be one line of text"
 
 
 def with_system(messages: tuple[conversation.Message, ...], system: str) -> tuple[conversation.Message, ...]:

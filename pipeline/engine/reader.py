@@ -46,7 +46,7 @@ from ..config import GenerationConfig, InputConfig, ValidateConfig
 from ..conversation import short, type_name
 from ..dataset.audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
-from ..dataset.stored import content_id, with_system
+from ..dataset.stored import content_id, id_problem, with_system
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
@@ -326,6 +326,9 @@ class PromptReader:
             raise _Problem(f"{key} must be a string or an integer, got {type_name(value)} {short(value)}")
         if not str(value).strip():
             raise _Problem(f"{key} is empty")
+        problem = id_problem(str(value))
+        if problem is not None:
+            raise _Problem(f"{key}: {problem}")
         return str(value)
 
     def _messages(self, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
