@@ -13,14 +13,18 @@ class Prompt:
     `messages` is the conversation as given (assistant turns possibly empty); `turns` the indices of the assistant
     turns to generate (see conversation.turn_positions), empty meaning one new turn after the last message.
     `source_id` is the input row's id when one row yields several samples (`id` is then `<source_id>#<k>`).
+    `tools` are the row's tools in the request's shape (`{"type": "function", "function": {...}}`), sent with
+    every turn of the row; empty when it has none.
     """
 
     id: str
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, Any], ...]
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # keep_fields, already stringified
     turns: tuple[int, ...] = ()
     source_id: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    fingerprint: str | None = None  # the conversation as read (dataset.stored.fingerprint): checked by the export
 
     @property
     def positions(self) -> tuple[int, ...]:
@@ -54,6 +58,7 @@ class Completion:
     latency_s: float = 0.0
     seed: int = 0
     spec_accept_length: float | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()  # the calls the model made instead of (or with) an answer
 
 
 @dataclass(frozen=True, slots=True)
