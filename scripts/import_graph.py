@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = "pipeline"
-SHARED = ("errors", "config", "records", "schema", "validator", "conversation")
+SHARED = ("errors", "config", "records", "schema", "validator", "conversation", "loops")
 
 # Layer of each unit (a subpackage, or "shared" for the leaf modules at the top); a unit may import its own layer's
 # units only where MAY_IMPORT says so, and lower layers freely within MAY_IMPORT.

@@ -66,7 +66,7 @@ def test_the_docs_table_is_the_scripts_table() -> None:
 
 def test_the_top_level_names_the_flow() -> None:
     entries = graph_tool.top_level_entries(ROOT / "pipeline")
-    assert len(entries) <= 14, entries
+    assert len(entries) <= 15, entries  # 14, then loops.py: the one loop detector every layer judges text with
 
 
 def test_the_script_runs_and_reports_a_clean_tree() -> None:

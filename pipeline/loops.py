@@ -1,0 +1,194 @@
+"""The one loop detector: where a text falls into degenerate verbatim repetition, found the same way everywhere a
+text is judged (the validator's `looping` reason, the stream guard that stops a looping generation early, `regen
+audit`, `regen inspect`).
+
+The rule. At a checkpoint, the text so far *loops* when its tail is periodic: for some period p (1 to
+`MAX_PERIOD` characters) every character of the last L characters equals the one p before it, and the repetition
+beyond the first copy of the unit, L - p, is at least max(p, `MIN_REPEAT`) characters. So a loop is at least two
+whole copies of its unit back to back and at least 600 characters repeated verbatim. A unit shorter than 64
+characters or made of fewer than 10 distinct characters must repeat 2,000 (`MIN_REPEAT_SHORT`): a zero-filled
+array, a box-drawn grid or a run of identical program lines repeats such a unit for a while without being a
+loop. Checkpoints come every `STRIDE` characters, so a loop the model later escapes (it answers after thirty
+copies of one paragraph) is found as well as one that runs to `max_tokens`.
+
+Why these numbers (measured on ../shared/traces, BENCHMARKS.md "Loops"): across every 128-character prefix of
+120 real, complete long-chain-of-thought traces, the most any tail repeated beyond its first unit was 477
+characters, and never two whole copies of a unit of 200+ characters; the 80 real loops have units of 23 to 2,634
+characters, so two copies of the longest is ~5,300 characters, inside the ~6,000 a guard may let pass.
+
+How a check runs: the last `KEY` characters of the text are looked for in the `MAX_PERIOD` characters before
+them (`str.rfind`, in C); each of the nearest few occurrences is a candidate period, and the length of the
+periodic tail for it is found by comparing slices backwards (block by block, then a binary search inside the
+first block that differs). Natural text rarely repeats its last 32 characters at all, so most checks cost one
+`rfind` over a few KB: microseconds per KB of text (BENCHMARKS.md). The guard keeps only the last `KEEP`
+characters of a stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STRIDE = 1024  # characters between two checks of a growing text
+MAX_PERIOD = 4000  # the longest repeating unit looked for (real loops: up to ~3,000)
+MIN_REPEAT = 600  # characters repeated beyond the first copy of the unit, at least (and at least one more unit)
+SHORT_UNIT = 64  # units shorter than this, or of fewer than FEW_CHARS distinct characters, ...
+FEW_CHARS = 10  # (the units of the 80 real loops have 14 to 120)
+MIN_REPEAT_SHORT = 2000  # ... must repeat this much (tables of zeros, grids, separator lines)
+KEY = 32  # the closing characters whose earlier occurrences give the candidate periods
+CANDIDATES = 8  # occurrences tried per check, nearest first
+KEEP = 2 * MAX_PERIOD + MIN_REPEAT_SHORT + STRIDE  # what a stream guard holds: enough for any loop the rule needs
+EXCERPT = 160  # characters of the unit kept in a report
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """A repeating run: it starts at character `start`, repeats a `period`-character unit, and spans `length`
+    characters (the first copy included) as far as it was seen; `at` is where the text stood when it was found."""
+
+    start: int
+    period: int
+    length: int
+    at: int
+    unit: str  # the first copy of the unit, at most EXCERPT characters
+
+    @property
+    def copies(self) -> float:
+        return self.length / self.period
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    def describe(self, where: str) -> str:
+        """One line for a reject's detail: where, the period, how far, and a bounded excerpt of the unit."""
+        cut = "..." if len(self.unit) < self.period else ""
+        return (
+            f"{where} loops from char {self.start:,}: a {self.period:,}-char unit repeated {self.copies:.1f} times "
+            f"(to char {self.end:,}); unit: {self.unit!r}{cut}"
+        )
+
+
+def repeat_needed(unit: str) -> int:
+    """Characters that must repeat beyond the first copy of `unit` to call its repetition a loop: one more copy
+    and MIN_REPEAT, or MIN_REPEAT_SHORT for a short unit or one of few distinct characters (a line of a zero-filled
+    table, a row of a box-drawn grid, a Markdown separator)."""
+    filler = len(unit) < SHORT_UNIT or len(set(unit)) < FEW_CHARS
+    return max(len(unit), MIN_REPEAT_SHORT if filler else MIN_REPEAT)
+
+
+def periodic_tail(text: str, period: int, limit: int) -> int:
+    """Length of the longest tail of `text` with this period (the first copy included), looked at up to `limit`."""
+    n = len(text)
+    edge = n - period  # text[edge:] matched text[edge + period:] so far
+    step = max(period, 256)
+    while edge > 0 and n - edge < limit:
+        lo = max(0, edge - step)
+        if text[lo:edge] == text[lo + period : edge + period]:
+            edge = lo
+            continue
+        hi = edge  # the smallest x in [lo, edge] with text[x:edge] == text[x + period : edge + period]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if text[mid:edge] == text[mid + period : edge + period]:
+                hi = mid
+            else:
+                lo = mid + 1
+        edge = lo
+        break
+    return n - edge
+
+
+def tail_loop(text: str, offset: int = 0) -> Loop | None:
+    """The loop `text` ends in, or None. `offset` is where `text` starts in the whole (a guard's kept tail)."""
+    n = len(text)
+    if n < KEY + MIN_REPEAT:
+        return None
+    key = text[n - KEY :]
+    floor = max(0, n - KEY - MAX_PERIOD)
+    end = n - 1
+    tried: list[tuple[int, int]] = []  # (period, periodic tail) of the candidates so far, nearest (shortest) first
+    for _ in range(CANDIDATES):
+        pos = text.rfind(key, floor, end)
+        if pos < 0:
+            return None
+        end = pos + KEY - 1
+        period = n - KEY - pos
+        length = periodic_tail(text, period, n)
+        tried.append((period, length))
+        if length - period < MIN_REPEAT:
+            continue
+        # a multiple of a shorter unit that repeats as far is that unit's loop, judged as that unit
+        unit_len = min(q for q, tail in tried if tail >= length - period)
+        start = n - length
+        unit = text[start : start + unit_len]
+        if length - period >= max(period, repeat_needed(unit)):
+            return Loop(offset + start, unit_len, length, offset + n, unit[:EXCERPT])
+    return None
+
+
+def _extend(text: str, loop: Loop) -> Loop:
+    """The loop found at `loop.at`, followed forward to where the text stops repeating its unit."""
+    p, end = loop.period, loop.at
+    step = max(p, 256)
+    while end < len(text):
+        hi = min(len(text), end + step)
+        if text[end:hi] == text[end - p : hi - p]:
+            end = hi
+            continue
+        lo = end  # the largest y in [end, hi] with text[end:y] == text[end - p : y - p]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if text[end:mid] == text[end - p : mid - p]:
+                lo = mid
+            else:
+                hi = mid - 1
+        end = lo
+        break
+    return Loop(loop.start, p, end - loop.start, loop.at, loop.unit)
+
+
+def find_loop(text: str | None) -> Loop | None:
+    """The first loop in a whole text, checked at the same checkpoints a stream guard would use, then followed to
+    its end; None when the text never loops."""
+    if not text:
+        return None
+    n = len(text)
+    for at in (*range(STRIDE, n, STRIDE), n):
+        low = max(0, at - KEEP)
+        found = tail_loop(text[low:at], low)
+        if found is not None:
+            return _extend(text, found)
+    return None
+
+
+class LoopGuard:
+    """Judges a text as it streams: `feed` each piece; it checks every `STRIDE` characters and returns the loop
+    once the text loops (then keeps returning it). Holds at most `KEEP` characters, whatever the stream's length."""
+
+    __slots__ = ("_pending", "_pending_chars", "_tail", "chars", "loop")
+
+    def __init__(self) -> None:
+        self._tail = ""
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self.chars = 0  # characters fed so far
+        self.loop: Loop | None = None
+
+    def feed(self, piece: str) -> Loop | None:
+        if self.loop is None and piece:
+            self._pending.append(piece)
+            self._pending_chars += len(piece)
+            self.chars += len(piece)
+            if self._pending_chars >= STRIDE:
+                self.check()
+        return self.loop
+
+    def check(self) -> Loop | None:
+        """Check now, whatever was fed since the last check (a stream's end)."""
+        if self.loop is None and self._pending:
+            tail = self._tail + "".join(self._pending)
+            self._pending.clear()
+            self._pending_chars = 0
+            self._tail = tail[-KEEP:]
+            self.loop = tail_loop(self._tail, self.chars - len(self._tail))
+        return self.loop
