@@ -256,6 +256,9 @@ def _run(args: argparse.Namespace, bar: bool) -> int:
     progress.print_summary(summary.metrics, summary.run_dir, as_log=args.log_format == "json")
     for move in summary.set_aside:
         _say(f"set aside {move['from']} -> {move['to']} ({move['problem']}); its ids are pending again")
+    if summary.refused_all:
+        _say("error: every row was refused (bad_input): the config does not read this dataset", logging.ERROR)
+        return InputError.exit_code
     return 0
 
 

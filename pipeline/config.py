@@ -39,6 +39,7 @@ class InputConfig:
     batch_rows: int = 1024
     select: str = "all"  # "invalid": only rows whose stored assistant turns fail the validators (regen audit)
     repair: str = "conversation"  # "from_first_bad_turn": keep a row's turns before its first failing one as given
+    max_bad_share: float = 0.5  # more of the first 1,000 rows than this refused (bad_input): stop, exit 2; 1 = never
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,7 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("input.batch_rows", _at_least(1), "at least 1"),
     ("input.select", lambda v: v in ("all", "invalid"), "'all' or 'invalid'"),
     ("input.repair", lambda v: v in ("conversation", "from_first_bad_turn"), "'conversation' or 'from_first_bad_turn'"),
+    ("input.max_bad_share", lambda v: 0 <= v <= 1, "in [0, 1] (1 = never stop)"),
     ("output.shard_rows", _at_least(1), "at least 1"),
     ("output.row_group_rows", _at_least(1), "at least 1"),
     ("output.sync_interval_s", _positive, "positive"),

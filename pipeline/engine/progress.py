@@ -9,6 +9,8 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from .refusals import refused_summary
+
 
 class Progress:
     """A tqdm bar over every prompt this worker owns: resumed prompts fill it from the start (`initial`) but do not
@@ -68,6 +70,8 @@ class Progress:
                     "later_turns_same_endpoint": snap.get("later_turns_same_endpoint", 0),
                 },
             )  # fmt: skip
+            if warning := refused_summary(snap["rejected_by_reason"], snap["done"]):
+                logging.getLogger("regen.run").warning(warning, extra={"event": "refused"})
             return
         lines = [
             f"regen: run {run_dir}: {snap['done']} prompts finished in {snap['elapsed_s']:.1f}s "
@@ -79,6 +83,8 @@ class Progress:
         if snap["rejected_by_reason"]:
             reasons = ", ".join(f"{k}: {v}" for k, v in sorted(snap["rejected_by_reason"].items()))
             lines.append(f"  rejects: {reasons}")
+        if warning := refused_summary(snap["rejected_by_reason"], snap["done"]):
+            lines.append(f"  warning: {warning}")
         if snap.get("later_turns"):
             lines.append(f"  prefix reuse: {prefix_reuse(snap)}")
         for url, ep in snap.get("endpoints", {}).items():

@@ -42,6 +42,7 @@ from .memory import TRIM_INTERVAL_S, return_free_memory
 from .metrics import CountingSink, Metrics
 from .prometheus import Exporter
 from .reader import PromptReader
+from .refusals import check_first_rows, first_row_fields
 
 log = logging.getLogger("regen.run")
 
@@ -70,6 +71,12 @@ class RunSummary:
     endpoints: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
     set_aside: list[dict[str, str]] = field(default_factory=list)  # damaged parts moved to RUN_DIR/damaged/
+
+    @property
+    def refused_all(self) -> bool:
+        """Every row this invocation finished was refused (bad_input): a wrong dataset, never a success."""
+        m = self.metrics
+        return m["done"] > 0 and m["rejected_by_reason"].get("bad_input", 0) == m["done"]
 
 
 def worker_from_env(index: int | None, count: int | None) -> tuple[int, int]:
@@ -128,6 +135,7 @@ class Runner:
             only_ids=self.opt.only_ids,
         )
         hashes = await asyncio.to_thread(self._scan, reader)
+        await asyncio.to_thread(self._check_first_rows, reader)
         store, state = await self._open_store([str(p) for p in reader.files()], total=len(hashes))
         self._set_aside = state.set_aside
         self._partial = state.partial
@@ -202,6 +210,11 @@ class Runner:
             reader.check_duplicates()  # raises InputError naming examples, unless input.dedupe
             hashes = np.unique(hashes)
         return hashes
+
+    def _check_first_rows(self, reader: PromptReader) -> None:
+        """A config that does not match its dataset stops here, before anything is written or sent (exit 2)."""
+        path = self.opt.input_path or self.cfg.input.path
+        check_first_rows(reader.iter_batches(), self.cfg.input, path, lambda: first_row_fields(path))
 
     def _count(self, hashes: np.ndarray, done: DoneSet) -> tuple[int, int]:
         """Prompts this worker owns, and how many of them are not done yet."""
