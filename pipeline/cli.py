@@ -384,6 +384,12 @@ def _export_repaired(args: argparse.Namespace) -> int:
     )
     print(f"wrote {r['rows']} rows to {args.out} in {len(r['files'])} files: {r['repaired']} repaired, ", end="")
     print(f"{r['rejected_kept'] + r['dropped']} rejected again ({args.on_reject}), {r['left']} as they were")
+    print(
+        f"not pasted (kept as they are): {r['changed']} changed since the run, {r['passes_now']} passing the audit "
+        f"now, {r['duplicate']} repeated ids; {r['unplaced']} regenerated rows have no row in the original"
+    )
+    if r["unchecked"]:
+        print(f"{r['unchecked']} rows pasted unchecked: the run is older than regen's input_fingerprint")
     print(f"report: {args.out / 'repair-report.json'}; rows to look at: {args.out / r['listed']}")
     return 0
 

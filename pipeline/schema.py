@@ -54,6 +54,11 @@ BASE_FIELDS: list[pa.Field] = [
     pa.field("spec_accept_length", pa.float32()),
     pa.field("turns", pa.list_(TURN_TYPE)),  # every generated assistant turn, in order; the last is the row's own
     pa.field("source_id", pa.string()),  # the input id when generation.samples > 1, else null
+    pa.field("tools", pa.string()),  # the row's tools as sent (a JSON list), null when it has none
+    # Parallel to `messages`: each message's keys beyond role and content as a JSON object (an assistant's
+    # `tool_calls`, a tool result's `tool_call_id`/`name`), null for the others; null when no message has any.
+    pa.field("message_extras", pa.list_(pa.string())),
+    pa.field("input_fingerprint", pa.string()),  # the conversation as read; the repaired export checks it
 ]
 REJECT_FIELDS: list[pa.Field] = [pa.field("reason", pa.string()), pa.field("detail", pa.string())]
 
@@ -62,9 +67,11 @@ REASONS: tuple[str, ...] = (
     "bad_input",
     "http_4xx",
     "truncated",
+    "tool_call",  # a regenerated text turn called a tool instead of answering (issue 27)
     "empty_response",
     "answer_in_reasoning",
     "think_marker",
+    "looping",  # the reasoning or the answer falls into verbatim repetition (pipeline/loops.py)
     "empty_answer",
     "empty_reasoning",
     "degenerate_repetition",
@@ -93,6 +100,19 @@ def stringify(value: Any) -> str | None:
 def _kept(extra: Mapping[str, Any]) -> dict[str, Any]:
     """keep_fields values; keys starting with `_` are the reader's notes to the client, not data."""
     return {k: v for k, v in extra.items() if not k.startswith("_")}
+
+
+def tool_columns(prompt: Prompt) -> dict[str, Any]:
+    """`tools` and `message_extras` of a row (both null for a conversation without tools): the messages column
+    holds role and content only, so what a tool conversation adds rides beside it."""
+    extras = [{k: v for k, v in m.items() if k not in _PLAIN} for m in prompt.messages]
+    return {
+        "tools": orjson.dumps(list(prompt.tools)).decode() if prompt.tools else None,
+        "message_extras": [orjson.dumps(e).decode() if e else None for e in extras] if any(extras) else None,
+    }
+
+
+_PLAIN = frozenset({"role", "content", "reasoning_content"})  # what `message_extras` leaves out
 
 
 def _now_us() -> int:
@@ -137,6 +157,8 @@ def accepted_row(
         "spec_accept_length": completion.spec_accept_length,
         "turns": list(turns) if turns is not None else [turn_entry(completion, attempts)],
         "source_id": prompt.source_id,
+        "input_fingerprint": prompt.fingerprint,
+        **tool_columns(prompt),
         **_kept(prompt.extra),
     }
 
@@ -156,6 +178,8 @@ def rejected_row(
         row["created_at"] = _now_us()
         row["turns"] = list(turns) or None
         row["source_id"] = prompt.source_id
+        row["input_fingerprint"] = prompt.fingerprint
+        row.update(tool_columns(prompt))
         row.update(_kept(prompt.extra))
     else:
         row = accepted_row(prompt, completion, attempts, [*turns, turn_entry(completion, attempts)])

@@ -46,7 +46,7 @@ from .card import CARD, CardOptions, front_matter, generation_section, markdown_
 from .input_files import labels, resolve
 from .redact import Hosts
 from .rewrite import BATCH_ROWS, rewrite
-from .stored import INLINE, REASONING_FIELDS, content_id, given_id, split_message, with_system
+from .stored import INLINE, REASONING_FIELDS, content_id, fingerprint, given_id, split_message, with_system
 
 ON_REJECT = ("keep", "drop")
 REPORT = "repair-report.json"
@@ -78,6 +78,7 @@ def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject
                 target.parent.mkdir(parents=True, exist_ok=True)
                 rewrite(kind, repair, path, tmp)
             written.append((tmp, target))
+        repair.unplaced()
     report = repair.report(run_dir, kinds, out, [str(t.relative_to(out)) for _, t in written])
     card = out / f".{CARD}{_TMP}"
     card.write_text(_card(run_dir, report, set(kinds.values())), encoding="utf-8")
@@ -110,17 +111,28 @@ def _check_out(out: Path, files: list[Path], run_dir: Path) -> None:
 # ---------------------------------------------------------------- the run's results
 
 
-def _accepted(run_dir: Path) -> dict[str, list[tuple[str | None, str]]]:
-    """id → (reasoning, answer) of every generated turn, from the committed shards (first copy of an id wins)."""
-    turns: dict[str, list[tuple[str | None, str]]] = {}
+@dataclass(frozen=True, slots=True)
+class _Generated:
+    """What the run made of one row: (reasoning, answer) of every generated turn, and the fingerprint of the
+    conversation it answered (None in runs made before regen recorded it)."""
+
+    turns: list[tuple[str | None, str]]
+    fingerprint: str | None
+
+
+def _accepted(run_dir: Path) -> dict[str, _Generated]:
+    """id → what the run generated, from the committed shards (first copy of an id wins)."""
+    found: dict[str, _Generated] = {}
     for part in readable_parts(run_dir / "shards"):
         pf = pq.ParquetFile(part)
-        columns = [c for c in ("id", "turns", "reasoning", "answer") if c in pf.schema_arrow.names]
+        names = ("id", "turns", "reasoning", "answer", "input_fingerprint")
+        columns = [c for c in names if c in pf.schema_arrow.names]
         for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
             for row in batch.to_pylist():
                 entries = row.get("turns") or [{"reasoning": row.get("reasoning"), "answer": row.get("answer")}]
-                turns.setdefault(row["id"], [(t.get("reasoning"), t.get("answer") or "") for t in entries])
-    return turns
+                turns = [(t.get("reasoning"), t.get("answer") or "") for t in entries]
+                found.setdefault(row["id"], _Generated(turns, row.get("input_fingerprint")))
+    return found
 
 
 def _rejected(run_dir: Path) -> dict[str, str]:
@@ -142,13 +154,14 @@ class _Repair:
     bytes."""
 
     cfg: Config
-    accepted: dict[str, list[tuple[str | None, str]]]
+    accepted: dict[str, _Generated]
     rejected: dict[str, str]
     on_reject: str
     listing: _Listing | None = None
     counts: Counter[str] = field(default_factory=Counter)
     by_reason: dict[str, Counter[str]] = field(default_factory=dict)
     style: str = ""  # the reasoning style of the current file, from its rows (or its Parquet schema)
+    placed: set[str] = field(default_factory=set)  # regenerated ids met in the original so far
 
     def __post_init__(self) -> None:
         self.audit = AuditOptions.from_config(self.cfg)
@@ -160,12 +173,13 @@ class _Repair:
         self.style = self.style or next((turn.style for turn, _ in verdict.turns if turn.style), "")
         reasons = verdict.reasons() or ["ok"]
         row_id = self._id(data)
-        if row_id in self.accepted:
-            repaired = self._repaired(data, self.accepted[row_id], verdict)
-            if repaired is not None:
-                return self._count("repaired", reasons, repaired)
-            self._list(row_id, source, "no_place", "the generated turns do not fit the row's conversation")
-            return self._count("left", reasons, data)
+        if row_id is not None and (row_id in self.accepted or row_id in self.rejected):
+            if row_id in self.placed:
+                self._list(row_id, source, "duplicate_id", "the original has this id more than once; kept as it is")
+                return self._count("duplicate", reasons, data)
+            self.placed.add(row_id)
+        if row_id is not None and row_id in self.accepted:
+            return self._paste(data, row_id, source, verdict, reasons)
         if row_id in self.rejected:
             self._list(row_id, source, self.rejected[row_id], "regenerated but rejected again")
             if self.on_reject == "drop":
@@ -174,6 +188,51 @@ class _Repair:
         if verdict.failing:
             self._list(row_id, source, reasons[0], "fails the audit and was not regenerated")
         return self._count("left", reasons, data)
+
+    def _paste(self, data: dict[str, Any], row_id: str, source: str, verdict: RowAudit, reasons: list[str]) -> Any:
+        """The row with the run's turns, unless it no longer holds the conversation the run answered."""
+        generated = self.accepted[row_id]
+        mismatch = self._mismatch(data, generated.fingerprint, verdict)
+        if mismatch is not None:
+            self._list(row_id, source, *_MISMATCH[mismatch])
+            return self._count(mismatch, reasons, data)
+        repaired = self._repaired(data, generated.turns, verdict)
+        if repaired is None:
+            self._list(row_id, source, "no_place", "the generated turns do not fit the row's conversation")
+            return self._count("changed", reasons, data)
+        self.counts["unchecked"] += generated.fingerprint is None  # a run older than the check: counted
+        return self._count("repaired", reasons, repaired)
+
+    def _mismatch(self, data: dict[str, Any], recorded: str | None, verdict: RowAudit) -> str | None:
+        """None when the row still asks what the run answered (or the run recorded nothing to check); else
+        `changed` (its question, history or place differ: edited, or another dataset) or `passes_now` (its
+        replaced turns changed and pass the audit: fixed by hand since the run)."""
+        if recorded is None:
+            return None
+        now = self._fingerprint(data, verdict)
+        if now is None or now[:16] != recorded[:16]:
+            return "changed"
+        if now[16:] != recorded[16:] and not verdict.failing:
+            return "passes_now"
+        return None
+
+    def _fingerprint(self, data: dict[str, Any], verdict: RowAudit) -> str | None:
+        """The fingerprint the reader gave this row (engine/reader.py): its messages with the system prompt, the
+        positions `generation.turns` and `input.repair` choose."""
+        messages = self._messages(data)
+        if messages is None:
+            return None
+        try:
+            positions = regenerated_positions(messages, self.cfg.generation.turns, self.cfg.input.repair, verdict)
+        except conversation.ConversationError:
+            return None
+        return fingerprint(messages, positions)
+
+    def unplaced(self) -> None:
+        """List and count the regenerated rows whose id no original row has (deleted since the run)."""
+        for row_id in self.accepted.keys() - self.placed:
+            self._list(row_id, "", "no_row", "regenerated, but no row of the original has this id; not written")
+            self.counts["unplaced"] += 1
 
     def _count(self, fate: str, reasons: list[str], row: Any) -> Any:
         self.counts[fate] += 1
@@ -192,6 +251,16 @@ class _Repair:
         inp = self.cfg.input
         if data.get(inp.id_field) is not None:
             return given_id(data, inp.id_field)
+        messages = self._messages(data)
+        try:
+            tools = conversation.tools(data)
+        except conversation.ConversationError:
+            return None
+        return None if messages is None else content_id(conversation.hashed(messages, tools))
+
+    def _messages(self, data: dict[str, Any]) -> tuple[conversation.Message, ...] | None:
+        """The row's messages as the reader sends them (system prompt first), or None if it has none."""
+        inp = self.cfg.input
         found = conversation.find_conversation(data, inp.messages_field)
         try:
             if found is not None:
@@ -200,7 +269,7 @@ class _Repair:
                 messages = conversation.parse([{"role": "user", "content": data.get(inp.prompt_field)}], "prompt")
         except conversation.ConversationError:
             return None
-        return content_id(with_system(messages, inp.system_prompt))
+        return with_system(messages, inp.system_prompt)
 
     def _repaired(
         self, data: dict[str, Any], turns: list[tuple[str | None, str]], verdict: RowAudit
@@ -214,7 +283,8 @@ class _Repair:
         if len(positions) != len(turns):
             return None
         styles = [
-            split_message(raw[i], m["content"])[3] if m["role"] == "assistant" else "" for i, m in enumerate(messages)
+            split_message(raw[i], m["content"], m.get("reasoning_content"))[3] if m["role"] == "assistant" else ""
+            for i, m in enumerate(messages)
         ]
         fallback = next((s for s in styles if s), "") or self.style or INLINE
         new = [dict(m) for m in raw]
@@ -234,11 +304,12 @@ class _Repair:
             "files": files,
             "rows": c["rows"],
             "audited_failing": c["rows"] - self.by_reason.get("ok", Counter()).total(),
-            "regenerated": c["repaired"] + c["rejected_kept"] + c["dropped"],
+            "regenerated": sum(c[k] for k in _REGENERATED),
             "repaired": c["repaired"],
             "rejected_kept": c["rejected_kept"],
             "dropped": c["dropped"],
             "left": c["left"],
+            **{k: c[k] for k in (*_NOT_PASTED, "unplaced", "unchecked")},
             "by_reason": {reason: dict(fates) for reason, fates in sorted(self.by_reason.items())},
             "listed": ROWS,
         }
@@ -250,8 +321,17 @@ _FATES = (
     ("repaired", "repaired (new turns)"),
     ("rejected_kept", "regenerated, rejected again, kept as it was"),
     ("dropped", "regenerated, rejected again, left out"),
+    ("changed", "regenerated, but the row changed since the run: kept as it is"),
+    ("passes_now", "regenerated, but the row passes the audit now (fixed since the run): kept as it is"),
+    ("duplicate", "a repeated id: kept as it is"),
     ("left", "left as it was"),
 )
+_NOT_PASTED = ("changed", "passes_now", "duplicate")
+_REGENERATED = ("repaired", "rejected_kept", "dropped", "changed", "passes_now")
+_MISMATCH = {
+    "changed": ("conversation_changed", "the row's conversation differs from the one the run answered; kept as it is"),
+    "passes_now": ("passes_now", "the row passes the audit now (fixed since the run?); kept as it is"),
+}
 
 
 def _card(run_dir: Path, report: dict[str, Any], kinds: set[str]) -> str:
@@ -269,9 +349,10 @@ def _card(run_dir: Path, report: dict[str, Any], kinds: set[str]) -> str:
         ("failing the audit", c["audited_failing"]),
         ("regenerated", c["regenerated"]),
         *((label, c[fate]) for fate, label in _FATES),
+        ("regenerated, but no original row has its id (not written)", c["unplaced"]),
     ]
     by_reason = [
-        (f"`{reason}`", sum(f.values()), sum(f.get(k, 0) for k in ("repaired", "rejected_kept", "dropped")),
+        (f"`{reason}`", sum(f.values()), sum(f.get(k, 0) for k in _REGENERATED),
          *(f.get(fate, 0) for fate, _ in _FATES))
         for reason, f in c["by_reason"].items()
     ]  # fmt: skip
@@ -280,13 +361,14 @@ def _card(run_dir: Path, report: dict[str, Any], kinds: set[str]) -> str:
         f"The original dataset written back whole by `regen export --format repaired`: {rows} rows in "
         f"{len(c['files'])} files, in the original order and format. Every row was audited with the validators of "
         "`regen run`; the rows the run regenerated and accepted carry the new assistant turns, every other row is "
-        f"the original.\n",
+        f"the original, as is every regenerated row that no longer holds the conversation the run answered.\n",
         publisher_note(opts),
         "## Repair\n\n" + markdown_table(("rows", "count"), counts),
         "## By audit reason\n\nThe reasons of each original row (a row failing for two counts under both; `ok`: it "
         "passes the audit).\n\n"
         + markdown_table(("reason", "rows", "regenerated", *(label for _, label in _FATES)), by_reason)
-        + f"\n`{ROWS}` lists the rows rejected again and the failing rows not regenerated; `{REPORT}` has these "
+        + f"\n`{ROWS}` lists the rows rejected again, the regenerated rows not pasted (and why), the regenerated "
+        f"ids with no row, and the failing rows not regenerated; `{REPORT}` has these "
         "counts as JSON.\n",
         generation_section(manifest),
     ]
@@ -298,12 +380,17 @@ def _new_message(last: Any) -> dict[str, Any]:
     """An assistant message in the conversation's own shape, for the answer after a trailing user turn."""
     if isinstance(last, dict) and "from" in last and "role" not in last:
         return {"from": "gpt", "value": ""}
+    if isinstance(last, dict) and isinstance(last.get("content"), list):  # a file of content parts
+        return {"role": "assistant", "content": [{"type": "text", "text": ""}]}
     return {"role": "assistant", "content": ""}
 
 
 def _put(message: dict[str, Any], reasoning: str | None, answer: str, style: str) -> None:
     """Set one assistant message's answer (and reasoning, by `style`), keeping its other keys and content type."""
     key = "value" if "from" in message and "role" not in message else "content"
+    if isinstance(message.get(key), list):  # content parts: the answer (and reasoning) as parts of the same shape
+        message[key] = _parts(message[key], reasoning, answer, style)
+        return
     if style in REASONING_FIELDS:
         old = message.get(style)
         message[style] = reasoning if reasoning is not None else ("" if isinstance(old, str) else None)
@@ -312,14 +399,22 @@ def _put(message: dict[str, Any], reasoning: str | None, answer: str, style: str
         text = f"<think>\n{reasoning}\n</think>\n\n{answer}"
     else:
         text = answer
-    if isinstance(message.get(key), list):  # content parts: one text part
-        message[key] = [{"type": "text", "text": text}]
-    else:
-        message[key] = text
+    message[key] = text
+
+
+def _parts(old: list[Any], reasoning: str | None, answer: str, style: str) -> list[dict[str, Any]]:
+    """New content parts written as the message's own parts are (`text` or LLaMA-Factory's `value` key): a
+    `reasoning` part then a `text` part, or one text part with the reasoning inline when the file keeps it so."""
+    key = next((k for p in old if isinstance(p, dict) for k in conversation.TEXT_KEYS if k in p), "text")
+    if style == INLINE and reasoning:
+        return [{"type": "text", key: f"<think>\n{reasoning}\n</think>\n\n{answer}"}]
+    head = [{"type": "reasoning", key: reasoning}] if reasoning is not None else []
+    return [*head, {"type": "text", key: answer}]
 
 
 class _Listing:
-    """repair-rows.jsonl: the rows a user must look at (rejected again, or failing and not regenerated)."""
+    """repair-rows.jsonl: the rows a user must look at (rejected again, not pasted, without a row, or failing and
+    not regenerated)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -30,6 +30,7 @@ from .input_files import Row, arrow_rows, json_array_rows, jsonl_rows, parquet_r
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 INLINE = "inline"  # the style of a turn whose reasoning sits in <think>...</think> inside the content
+PARTS = "parts"  # ... whose content is a list of parts, its reasoning a `reasoning` part (LLaMA-Factory's v1 shape)
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
@@ -54,6 +55,20 @@ def content_id(messages: Sequence[Mapping[str, str]]) -> str:
     """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
     blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def fingerprint(messages: Sequence[Mapping[str, Any]], positions: Sequence[int]) -> str:
+    """What the run answered for a row, so the repaired export pastes only where the row still asks it: 16 hex
+    digits of sha256 over the conversation as read minus the turns to generate (the system, user and kept turns,
+    with where the generated ones go), then 16 over the stored text of those turns (what the run replaced)."""
+    at = set(positions)
+    kept = [positions, [m for i, m in enumerate(messages) if i not in at]]
+    replaced = [m for i, m in enumerate(messages) if i in at]
+    return _digest(kept) + _digest(replaced)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
 def given_id(data: Mapping[str, Any], id_field: str) -> str | None:
@@ -96,8 +111,13 @@ def split_inline(text: str) -> tuple[str | None, str, bool]:
     return reasoning.strip() or None, (head + tail).strip(), False
 
 
-def split_message(raw: Mapping[str, Any], content: str) -> tuple[str | None, str, bool, str]:
-    """(reasoning, answer, truncated, style) of one stored assistant message; `content` is its parsed text."""
+def split_message(
+    raw: Mapping[str, Any], content: str, parts_reasoning: str | None = None
+) -> tuple[str | None, str, bool, str]:
+    """(reasoning, answer, truncated, style) of one stored assistant message; `content` is its parsed text and
+    `parts_reasoning` the text of its `reasoning` parts, when its content is a list of parts (style PARTS)."""
+    if isinstance(raw.get("content", raw.get("value")), list):
+        return (parts_reasoning or "").strip() or None, content.strip(), False, PARTS
     named = ""
     for name in REASONING_FIELDS:
         if name in raw:
@@ -117,7 +137,10 @@ def stored_turns(raw: Sequence[Any], messages: Sequence[conversation.Message]) -
         if position == len(messages):
             turns.append(StoredTurn(position, None, "", missing=True))
             continue
-        reasoning, answer, truncated, style = split_message(raw[position], messages[position]["content"])
+        message = messages[position]
+        reasoning, answer, truncated, style = split_message(
+            raw[position], message["content"], message.get("reasoning_content")
+        )
         turns.append(StoredTurn(position, reasoning, answer, truncated, style))
     return turns
 

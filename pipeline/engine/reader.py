@@ -46,7 +46,7 @@ from ..config import GenerationConfig, InputConfig, ValidateConfig
 from ..conversation import short, type_name
 from ..dataset.audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
-from ..dataset.stored import content_id, id_problem, with_system
+from ..dataset.stored import content_id, fingerprint, id_problem, with_system
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
@@ -276,7 +276,8 @@ class PromptReader:
         extra = self._keep(data)
         if overrides is not None:
             extra[REQUEST_OVERRIDES] = overrides
-        return Prompt(given or content_id(messages), messages, source, extra, turns)
+        mark = fingerprint(messages, turns or (len(messages),))
+        return Prompt(given or content_id(messages), messages, source, extra, turns, fingerprint=mark)
 
     def _turns(self, messages: tuple[dict[str, str], ...], data: dict[str, Any]) -> tuple[int, ...]:
         """Where the generated turns go; () for the common case of one new turn after the last message. With

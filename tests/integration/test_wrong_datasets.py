@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.conftest import SimProcess, committed_ids, read_rows, regen
 from tests.integration.test_repair_run import SIM, _config
@@ -45,3 +47,82 @@ def test_an_id_with_a_newline_is_bad_input_and_cannot_split_the_id_list(tmp_path
     assert rejected["reason"] == "bad_input" and "\n" not in rejected["id"]
     assert f"{data}:1" in rejected["detail"] and "control character" in rejected["detail"]
     assert not any("victim" == i for i in pq.read_table(next((tmp_path / "run/shards").glob("*.parquet")))["id"])
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif path.suffix == ".json":
+        path.write_bytes(orjson.dumps(rows))
+    else:
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+
+def _read(path: Path) -> list[dict]:
+    if path.suffix == ".parquet":
+        return pq.read_table(path).to_pylist()
+    if path.suffix == ".json":
+        return orjson.loads(path.read_bytes())
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def _repair_run(tmp_path: Path, sim, data: Path, rows: list[dict]) -> Path:
+    _write(data, rows)
+    server: SimProcess = sim(*SIM)
+    done = regen("run", str(_config(tmp_path, data, server.url, select="invalid")), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "run"
+
+
+def _export(run: Path, original: Path, out: Path) -> tuple[dict, dict[str, dict], str]:
+    done = regen("export", str(run), "--format", "repaired", "--original", str(original), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    listed = [orjson.loads(line) for line in (out / "repair-rows.jsonl").read_bytes().splitlines()]
+    return json.loads((out / "repair-report.json").read_text()), {e["id"]: e for e in listed}, done.stdout
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet", ".json"])
+def test_repaired_export_pastes_only_where_the_row_still_asks_what_was_answered(
+    tmp_path: Path, sim, suffix: str
+) -> None:
+    rows = [_empty_answer(f"r{i}", f"Question {i}?") for i in range(10)] + [_good("ok", "Fine?")]
+    data = tmp_path / f"data{suffix}"
+    run = _repair_run(tmp_path, sim, data, rows)
+    assert sorted(committed_ids(run, "shards")) == sorted(f"r{i}" for i in range(10))
+
+    edited = [dict(r) for r in rows]
+    edited[1] = _empty_answer("r1", "Question 1, edited after the run?")  # the question changed
+    edited[2] = _good("r2", "Question 2?")  # fixed by hand after the run
+    del edited[3]  # deleted from the original
+    edited.insert(5, _empty_answer("r4", "Question 4?"))  # r4 twice
+    original = tmp_path / "edited" / f"data{suffix}"
+    original.parent.mkdir()
+    _write(original, edited)
+    out = tmp_path / "repaired"
+    report, listed, stdout = _export(run, original, out)
+
+    assert report["rows"] == 11 and report["repaired"] == 7
+    assert (report["changed"], report["passes_now"], report["duplicate"], report["unplaced"]) == (1, 1, 1, 1)
+    assert listed["r1"]["reason"] == "conversation_changed"
+    assert listed["r2"]["reason"] == "passes_now"
+    assert listed["r3"]["reason"] == "no_row"
+    assert listed["r4"]["reason"] == "duplicate_id"
+    assert "7 repaired" in stdout and "1 changed since the run" in stdout and "1 repeated ids" in stdout
+    written = _read(out / original.name)
+    assert [r["id"] for r in written] == [r["id"] for r in edited]
+    assert written[1] == _read(original)[1] and written[2] == _read(original)[2]  # kept exactly as they are
+    assert written[5] == _read(original)[5]  # the second r4: kept as it is
+    assert written[4]["messages"][-1]["content"]  # the first r4: repaired
+    assert all(written[i]["messages"][-1]["content"] for i in (0, 3, 4, 6, 7, 8, 9))
+
+
+def test_repaired_export_over_another_dataset_with_the_same_ids_pastes_nothing(tmp_path: Path, sim) -> None:
+    rows = [_empty_answer(f"r{i}", f"Question {i}?") for i in range(10)]
+    run = _repair_run(tmp_path, sim, tmp_path / "data.jsonl", rows)
+    other = tmp_path / "other" / "data.jsonl"
+    other.parent.mkdir()
+    _write(other, [_empty_answer(f"r{i}", f"Another dataset's question {i}?") for i in range(10)])
+    report, listed, _ = _export(run, other, tmp_path / "repaired")
+    assert report["repaired"] == 0 and report["changed"] == 10
+    assert {e["reason"] for e in listed.values()} == {"conversation_changed"}
+    assert (tmp_path / "repaired" / "data.jsonl").read_bytes() == other.read_bytes()
