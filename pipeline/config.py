@@ -84,6 +84,7 @@ class ClientConfig:
     request_timeout_s: float = 3600.0
     connect_timeout_s: float = 10.0
     stream: bool = False
+    loop_guard: bool = True  # stop a streaming generation once it loops (abort, resample); needs stream
     stall_timeout_s: float = 120.0
     hang_floor_s: float = 600.0  # a request is hung (aborted, retried elsewhere) after max(hang_floor_s,
     hang_slack: float = 3.0  # hang_slack * max_tokens / the endpoint's slow decode rate); see engine/deadline.py
@@ -120,6 +121,7 @@ class ValidateConfig:
     reject_think_markers: bool = True  # `<think>`/`</think>` left in the answer or reasoning after the split
     min_answer_chars: int = 1
     max_repetition: float = 0.0  # 0 = off; else reject when one n-gram covers this fraction of the text
+    reject_looping: bool = True  # reasoning or answer in verbatim repetition (pipeline/loops.py): reason `looping`
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,9 @@ audit`, `regen inspect`).
 The rule. At a checkpoint, the text so far *loops* when its tail is periodic: for some period p (1 to
 `MAX_PERIOD` characters) every character of the last L characters equals the one p before it, and the repetition
 beyond the first copy of the unit, L - p, is at least max(p, `MIN_REPEAT`) characters. So a loop is at least two
-whole copies of its unit back to back and at least 600 characters repeated verbatim. A unit shorter than 64
-characters or made of fewer than 10 distinct characters must repeat 2,000 (`MIN_REPEAT_SHORT`): a zero-filled
-array, a box-drawn grid or a run of identical program lines repeats such a unit for a while without being a
-loop. Checkpoints come every `STRIDE` characters, so a loop the model later escapes (it answers after thirty
+whole copies of its unit back to back and at least 600 characters repeated verbatim. A unit made of fewer than 10
+distinct characters must repeat 2,000 (`MIN_REPEAT_FILLER`): a zero-filled array, a box-drawn grid or a run of
+identical program lines repeats such a unit for a while without being a loop. Checkpoints come every `STRIDE` characters, so a loop the model later escapes (it answers after thirty
 copies of one paragraph) is found as well as one that runs to `max_tokens`.
 
 Why these numbers (measured on ../shared/traces, BENCHMARKS.md "Loops"): across every 128-character prefix of
@@ -31,12 +30,11 @@ from dataclasses import dataclass
 STRIDE = 1024  # characters between two checks of a growing text
 MAX_PERIOD = 4000  # the longest repeating unit looked for (real loops: up to ~3,000)
 MIN_REPEAT = 600  # characters repeated beyond the first copy of the unit, at least (and at least one more unit)
-SHORT_UNIT = 64  # units shorter than this, or of fewer than FEW_CHARS distinct characters, ...
-FEW_CHARS = 10  # (the units of the 80 real loops have 14 to 120)
-MIN_REPEAT_SHORT = 2000  # ... must repeat this much (tables of zeros, grids, separator lines)
+FEW_CHARS = 10  # a unit of fewer distinct characters (the 80 real loops' units have 14 or more) ...
+MIN_REPEAT_FILLER = 2000  # ... must repeat this much: rows of zeros, grids, identical program lines
 KEY = 32  # the closing characters whose earlier occurrences give the candidate periods
 CANDIDATES = 8  # occurrences tried per check, nearest first
-KEEP = 2 * MAX_PERIOD + MIN_REPEAT_SHORT + STRIDE  # what a stream guard holds: enough for any loop the rule needs
+KEEP = 2 * MAX_PERIOD + MIN_REPEAT_FILLER + STRIDE  # what a stream guard holds: enough for any loop the rule needs
 EXCERPT = 160  # characters of the unit kept in a report
 
 
@@ -70,10 +68,10 @@ class Loop:
 
 def repeat_needed(unit: str) -> int:
     """Characters that must repeat beyond the first copy of `unit` to call its repetition a loop: one more copy
-    and MIN_REPEAT, or MIN_REPEAT_SHORT for a short unit or one of few distinct characters (a line of a zero-filled
-    table, a row of a box-drawn grid, a Markdown separator)."""
-    filler = len(unit) < SHORT_UNIT or len(set(unit)) < FEW_CHARS
-    return max(len(unit), MIN_REPEAT_SHORT if filler else MIN_REPEAT)
+    and MIN_REPEAT, or MIN_REPEAT_FILLER for a unit of few distinct characters (a line of a zero-filled table, a
+    row of a box-drawn grid, an identical program line)."""
+    filler = len(set(unit)) < FEW_CHARS
+    return max(len(unit), MIN_REPEAT_FILLER if filler else MIN_REPEAT)
 
 
 def periodic_tail(text: str, period: int, limit: int) -> int:

@@ -2,11 +2,15 @@
 
 Reason precedence (DESIGN.md section 5): truncated, empty_response, answer_in_reasoning, think_marker, empty_answer,
 empty_reasoning, then the optional degenerate_repetition check.
+
+`looping` (pipeline/loops.py: the reasoning or the answer falls into verbatim repetition) comes right after
+think_marker, on unless `validate.reject_looping = false`; a `truncated` completion that loops says so in its detail.
 """
 
 from __future__ import annotations
 
 from .config import ValidateConfig
+from .loops import find_loop
 from .records import ACCEPTED, Completion, Verdict
 
 
@@ -16,7 +20,9 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
     reasoning = (completion.reasoning or "").strip()
     if cfg.reject_truncated and completion.finish_reason == "length":
         where = "inside reasoning" if not answer else "in the answer"
-        return Verdict(False, "truncated", f"finish_reason=length {where} after {completion.completion_tokens} tokens")
+        detail = f"finish_reason=length {where} after {completion.completion_tokens} tokens"
+        loop = looping(completion) if cfg.reject_looping else ""
+        return Verdict(False, "truncated", f"{detail}; {loop}" if loop else detail)
     if not answer and not reasoning:
         return Verdict(
             False, "empty_response", f"no answer and no reasoning (finish_reason={completion.finish_reason})"
@@ -25,6 +31,8 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
         return Verdict(False, "answer_in_reasoning", f"answer empty, reasoning has {len(reasoning)} chars")
     if cfg.reject_think_markers and (marker := _think_marker(answer, reasoning)):
         return Verdict(False, "think_marker", marker)
+    if cfg.reject_looping and (loop := looping(completion)):
+        return Verdict(False, "looping", loop)
     if cfg.require_answer and len(answer) < cfg.min_answer_chars:
         return Verdict(False, "empty_answer", f"answer has {len(answer)} chars (< {cfg.min_answer_chars})")
     if thinking and cfg.require_reasoning and not reasoning:
@@ -37,6 +45,14 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
 
 
 THINK_MARKERS = ("<think>", "</think>")
+
+
+def looping(completion: Completion) -> str:
+    """Where the reasoning or the answer first loops (start, period, copies, a bounded excerpt), or ""."""
+    for name, text in (("reasoning", completion.reasoning), ("answer", completion.answer)):
+        if (loop := find_loop(text)) is not None:
+            return loop.describe(name)
+    return ""
 
 
 def _think_marker(answer: str, reasoning: str) -> str:

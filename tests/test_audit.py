@@ -155,8 +155,9 @@ def test_no_thinking_does_not_ask_for_reasoning() -> None:
     assert audit_row(row, AuditOptions(thinking=True)).reasons() == ["empty_reasoning"]
     assert not audit_row(row, AuditOptions(thinking=False)).failing
     looping = {"messages": [row["messages"][0], {"role": "assistant", "content": "one two three four " * 40}]}
-    opts = AuditOptions(thinking=False, validate=ValidateConfig(max_repetition=0.5))
+    opts = AuditOptions(thinking=False, validate=ValidateConfig(max_repetition=0.5, reject_looping=False))
     assert audit_row(looping, opts).reasons() == ["degenerate_repetition"]
+    assert audit_row(looping, AuditOptions(thinking=False)).reasons() == ["looping"]  # on by default
 
 
 @pytest.mark.parametrize(

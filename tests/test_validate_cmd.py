@@ -32,19 +32,19 @@ def test_validate_reports_without_touching(tmp_path: Path) -> None:
     run = build_run(tmp_path)
     before = placement(run)
     r = validate_run(run)
-    assert (r["rows"], r["failed"], r["quarantined"]) == (200, 20, 0)
-    assert r["failed_by_reason"] == {"answer_in_reasoning": 20}
-    assert r["failed_by_shard"] == {"w0-0002.parquet": 20}
-    assert {x["id"] for x in r["examples"]} <= EMPTY
+    assert (r["rows"], r["failed"], r["quarantined"]) == (200, 30, 0)
+    assert r["failed_by_reason"] == {"answer_in_reasoning": 20, "looping": 10}  # looping: on by default
+    assert r["failed_by_shard"] == {"w0-0002.parquet": 30}
+    assert {x["id"] for x in r["examples"]} <= EMPTY | LOOPING
     assert placement(run) == before
     assert "--quarantine" in format_validate(r)
     json.dumps(r)
 
 
 def test_thresholds_come_from_run_json_or_the_caller(tmp_path: Path) -> None:
-    run = build_run(tmp_path, validate={"max_repetition": 0.5})
+    run = build_run(tmp_path, validate={"max_repetition": 0.5, "reject_looping": False})
     assert validate_run(run)["failed_by_reason"] == {"answer_in_reasoning": 20, "degenerate_repetition": 10}
-    loose = ValidateConfig(reject_answer_in_reasoning=False, require_answer=False)
+    loose = ValidateConfig(reject_answer_in_reasoning=False, require_answer=False, reject_looping=False)
     assert validate_run(run, loose)["failed"] == 0
 
 
@@ -61,7 +61,7 @@ def test_quarantine_moves_exactly_the_failing_rows(tmp_path: Path) -> None:
     moved = pq.read_table(next((run / "rejects").glob("quarantine-w0-0002-*.parquet")))
     assert moved.schema.names[-2:] == ["reason", "detail"]
     reasons = Counter(moved.column("reason").to_pylist())
-    assert reasons == {"answer_in_reasoning": 20, "degenerate_repetition": 10}
+    assert reasons == {"answer_in_reasoning": 20, "looping": 10}  # looping comes before degenerate_repetition
     assert all(d.startswith("quarantined by validate: ") for d in moved.column("detail").to_pylist())
     assert pq.ParquetFile(run / "shards" / "w0-0002.parquet").metadata.num_rows == 20
     again = validate_run(run, quarantine=True)
@@ -81,7 +81,7 @@ def test_crash_between_the_two_steps_converges(tmp_path: Path) -> None:
     assert set(shards + rejects) == everything  # ... but nowhere lost
     # The repair must hold even when the rows would now pass: the reject copy wins, the shard loses.
     r = validate_run(run, ValidateConfig(reject_answer_in_reasoning=False, require_answer=False), quarantine=True)
-    assert (r["quarantined"], r["repaired"]) == (0, 20)
+    assert (r["quarantined"], r["repaired"]) == (0, 30)  # the empty answers and the looping rows
     shards, rejects = placement(run)
     assert max((shards + rejects).values()) == 1 and set(shards + rejects) == everything
     assert EMPTY <= set(rejects) and not EMPTY & set(shards)

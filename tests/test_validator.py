@@ -57,6 +57,43 @@ def test_degenerate_repetition() -> None:
     loop = "I think the answer is seven and then " * 40
     assert repetition_share(loop) > 0.8
     assert repetition_share("a perfectly ordinary sentence with many different words in it " * 2) < 0.8
-    cfg = ValidateConfig(max_repetition=0.5)
+    cfg = ValidateConfig(max_repetition=0.5, reject_looping=False)  # (on, `looping` would name it first)
     assert validate(comp(loop, "7"), cfg).reason == "degenerate_repetition"
+    assert validate(comp(loop, "7"), ValidateConfig(max_repetition=0.5)).reason == "looping"
     assert validate(comp("short thought", "7"), cfg).ok
+
+
+LOOP = "Let me check the sum again. 1 + 3 + 5 + 7 = 16, and sixteen is four squared, so the pattern holds. "
+
+
+@pytest.mark.parametrize(
+    ("completion", "reason"),
+    [
+        (comp("Start:\n" + LOOP * 30, "16"), "looping"),  # escaped the loop and answered: still never stored
+        (comp("Start:\n" + LOOP * 30, "", "abort"), "looping"),  # stopped by the stream guard: not empty_answer
+        (comp("thinking", "The answer is 16. " + LOOP * 30), "looping"),
+        (comp("Start:\n" + LOOP * 30, "", "length"), "truncated"),  # length is always truncated (DESIGN.md 5)
+        (comp("Start:\n" + LOOP * 3, "16"), None),  # three copies of a 96-char unit: under 600 repeated chars
+        (comp("Start:\n" + LOOP * 30 + "</think>", "16"), "think_marker"),
+    ],
+    ids=["escaped", "guard-stopped", "in-answer", "length-is-truncated", "short-repeat-ok", "think-marker-first"],
+)
+def test_looping(completion: Completion, reason: str | None) -> None:
+    assert validate(completion, CFG).reason == reason
+
+
+def test_looping_detail_says_where_and_is_bounded() -> None:
+    verdict = validate(comp("Start:\n" + LOOP * 300, "16"), CFG)
+    assert verdict.reason == "looping"
+    assert verdict.detail.startswith(f"reasoning loops from char 7: a {len(LOOP)}-char unit repeated 300.0 times")
+    assert len(verdict.detail) < 400
+    truncated = validate(comp("Start:\n" + LOOP * 300, "", "length"), CFG)
+    assert truncated.detail.endswith(verdict.detail) and truncated.detail.startswith("finish_reason=length")
+
+
+def test_looping_can_be_turned_off() -> None:
+    off = ValidateConfig(reject_looping=False)
+    assert validate(comp("Start:\n" + LOOP * 30, "16"), off).ok
+    assert validate(comp("Start:\n" + LOOP * 30, "", "length"), off).detail == (
+        "finish_reason=length inside reasoning after 10 tokens"
+    )
