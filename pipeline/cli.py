@@ -115,6 +115,9 @@ def _args_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     p.add_argument("--original", metavar="PATH", help="repaired: the dataset the run read (default: its input.path)")
     p.add_argument("--on-reject", choices=["keep", "drop"], default="keep", help="repaired: rows rejected again")
+    p.add_argument(
+        "--partial", action="store_true", help="export even if committed parts are damaged (the card lists them)"
+    )
 
 
 def _args_audit(p: argparse.ArgumentParser) -> None:
@@ -346,8 +349,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         chat_template=args.chat_template,
         card=CardOptions(args.license, tuple(args.language)),
+        partial=args.partial,
     )
     print(f"exported {result['rows']} rows ({args.format}) to {args.out} in {len(result['files'])} files")
+    for note in result["damaged"]:
+        _say(f"warning: partial export: rows missing from the damaged part {note}", logging.WARNING)
     for reason, n in result["skipped"].items():
         print(f"left out {n} rows the format's consumer would refuse: {reason}")
     print(f"dataset card: {result['card']}")
@@ -380,8 +386,15 @@ def _export_repaired(args: argparse.Namespace) -> int:
     from .dataset.export import export_run
 
     r = export_run(
-        _run_dir(args.run_dir), format="repaired", out=args.out, original=args.original, on_reject=args.on_reject
+        _run_dir(args.run_dir),
+        format="repaired",
+        out=args.out,
+        original=args.original,
+        on_reject=args.on_reject,
+        partial=args.partial,
     )
+    for note in r["damaged"]:
+        _say(f"warning: partial export: regenerated rows missing from the damaged part {note}", logging.WARNING)
     print(f"wrote {r['rows']} rows to {args.out} in {len(r['files'])} files: {r['repaired']} repaired, ", end="")
     print(f"{r['rejected_kept'] + r['dropped']} rejected again ({args.on_reject}), {r['left']} as they were")
     print(

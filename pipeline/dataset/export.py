@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from ..errors import ConfigError, InputError, OutputError
 from ..schema import BASE_FIELDS, REJECT_FIELDS, to_table
 from ..store import id_hash, id_hashes
-from ..store.files import damaged_parts, readable_parts
+from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.scan import duplicated_hashes
 from .card import CardOptions, write_card
 from .formats import BatchOutput, Converter, Format
@@ -72,6 +72,7 @@ def export_run(
     card: CardOptions | None = None,
     original: str | None = None,
     on_reject: str = "keep",
+    partial: bool = False,
 ) -> dict[str, Any]:
     """Write the run's accepted rows (and rejects if asked) in `format` to `out`, plus a dataset card.
 
@@ -80,11 +81,12 @@ def export_run(
     Returns `{format, file_format, reasoning, expand_turns, files, rows, rejected_rows, skipped, data_files, card}`;
     `files` and `data_files` are relative to `out`. Files of an earlier export to the same `out` that this one did
     not rewrite are removed. `repaired` writes the `original` dataset back whole instead (dataset/repair.py).
+    InputError naming them when committed parts are damaged, unless `partial` (the card then says what is missing).
     """
     if format == "repaired":
         from .repair import export_repaired
 
-        return export_repaired(run_dir, original=original, out=out, on_reject=on_reject)
+        return export_repaired(run_dir, original=original, out=out, on_reject=on_reject, partial=partial)
     reasoning = _checked_options(format, file_format, rows_per_file, reasoning, expand_turns)
     if not (run_dir / "shards").is_dir() and not (run_dir / "run.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
@@ -93,6 +95,7 @@ def export_run(
     style = Style(reasoning, think_open, think_close)
     convert = _converter(format, style, expand_turns, tokenizer, chat_template, run_dir)
     splits = [("train", "shards")] + ([("rejects", "rejects")] if include_rejects else [])
+    damaged = refuse_partial(run_dir, [kind for _, kind in splits], partial=partial)
     files: list[Path] = []
     counts: dict[str, int] = {}
     schemas: dict[str, pa.Schema] = {}
@@ -118,7 +121,7 @@ def export_run(
         "skipped": dict(convert.skipped.most_common()),
         "notes": dict(getattr(convert, "notes", {})),
         "data_files": {split: f"{DATA_DIR}/{split}-*.{file_format}" for split, _ in splits if counts[split]},
-        "damaged": [str(d) for d in damaged_parts(run_dir)],
+        "damaged": [damage_note(d) for d in damaged],
         "duplicates_skipped": once.skipped,
     }
     summary["card"] = str(write_card(run_dir, out, summary, schemas=schemas, options=card))

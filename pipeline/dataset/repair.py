@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from .. import conversation
 from ..config import Config, config_from_dict
 from ..errors import ConfigError, InputError, OutputError
-from ..store.files import readable_parts
+from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.manifest import read_manifest
 from .audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
@@ -54,8 +54,11 @@ ROWS = "repair-rows.jsonl"
 _TMP = ".repair.tmp"
 
 
-def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject: str = "keep") -> dict[str, Any]:
-    """Write the repaired dataset to `out`; returns the report (also written to out/repair-report.json)."""
+def export_repaired(
+    run_dir: Path, *, original: str | None, out: Path, on_reject: str = "keep", partial: bool = False
+) -> dict[str, Any]:
+    """Write the repaired dataset to `out`; returns the report (also written to out/repair-report.json).
+    InputError when committed parts are damaged (their rows would stay broken), unless `partial`."""
     if on_reject not in ON_REJECT:
         raise ConfigError(f"--on-reject must be keep or drop, got {on_reject!r}")
     cfg = _run_config(run_dir)
@@ -63,6 +66,7 @@ def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject
         raise ConfigError(f"{run_dir}: a run with generation.samples > 1 has no single repair per row")
     kinds = resolve(original or cfg.input.path, cfg.input.format)
     _check_out(out, list(kinds), run_dir)
+    damaged = refuse_partial(run_dir, ["shards", "rejects"], partial=partial)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(f".*{_TMP}"):
         stale.unlink()
@@ -80,6 +84,7 @@ def export_repaired(run_dir: Path, *, original: str | None, out: Path, on_reject
             written.append((tmp, target))
         repair.unplaced()
     report = repair.report(run_dir, kinds, out, [str(t.relative_to(out)) for _, t in written])
+    report["damaged"] = [damage_note(d) for d in damaged]
     card = out / f".{CARD}{_TMP}"
     card.write_text(_card(run_dir, report, set(kinds.values())), encoding="utf-8")
     for tmp, target in [*written, (out / f".{ROWS}{_TMP}", out / ROWS), (card, out / CARD)]:

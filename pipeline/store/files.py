@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import InputError
 from .durable import fsync_dir, fsync_file, output_errors, unlink_quiet
 from .partition import id_hashes
 
@@ -114,6 +115,8 @@ def open_part(path: Path, rejects: bool) -> DataFile | Damaged:
     try:
         with path.open("rb") as fh:
             head = fh.read(4)
+        if len(head) < len(PARQUET_MAGIC) and PARQUET_MAGIC.startswith(head):  # zero bytes, or cut in the magic
+            return Damaged(path, f"{len(head)} bytes; truncated", foreign=False)
         if head != PARQUET_MAGIC:
             return Damaged(path, "not a Parquet file", foreign=True)
         pfile = pq.ParquetFile(path)
@@ -159,6 +162,35 @@ def damaged_parts(run_dir: Path) -> list[Damaged]:
 def readable_parts(folder: Path) -> list[Path]:
     """`committed_parts` minus the damaged ones (readers that work on the rest; see `damaged_parts`)."""
     return [f.path for f in data_files(folder.parent, folder.name)[0]]
+
+
+def damage_note(damaged: Damaged) -> str:
+    """One damaged part for a partial export's record: `shards/NAME: problem (what it held)`."""
+    return f"{damaged.path.parent.name}/{damaged.path.name}: {damaged.problem} ({held_ids(damaged)})"
+
+
+def held_ids(damaged: Damaged, shown: int = 5) -> str:
+    """What a damaged part held, as far as it can still be read: its ids (the first `shown` of them), or why not."""
+    try:
+        ids = read_ids(damaged.path)
+    except (OSError, pa.ArrowException):
+        return "its ids cannot be read"
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return f"{len(ids)} rows: {', '.join(ids[:shown])}{more}"
+
+
+def refuse_partial(run_dir: Path, kinds: list[str], *, partial: bool) -> list[Damaged]:
+    """The damaged committed parts of `kinds` (shards, rejects); InputError naming each and what it held unless
+    the user asked for a partial export."""
+    damaged = [d for d in damaged_parts(run_dir) if d.path.parent.name in kinds]
+    if damaged and not partial:
+        named = "; ".join(f"{d} ({held_ids(d)})" for d in damaged)
+        raise InputError(
+            f"{run_dir}: {len(damaged)} committed parts cannot be read, so an export would miss their rows: "
+            f"{named}. Rerun `regen run` with the run's config to set them aside and regenerate their ids, or pass "
+            "--partial to export the rest (the dataset card then lists what is missing)"
+        )
+    return damaged
 
 
 def read_ids(path: Path) -> list[str]:

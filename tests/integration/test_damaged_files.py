@@ -44,7 +44,7 @@ def test_a_truncated_shard_is_reported_then_set_aside_and_regenerated(tmp_path: 
     assert validate.returncode == 1 and victim.name in validate.stdout
     assert [victim.name in d for d in _json("inspect", str(run))["damaged"]] == [True]
     exported = regen("export", str(run), "--format", "chat", "--out", str(tmp_path / "out"))
-    assert exported.returncode == 0, exported.stderr
+    assert exported.returncode == 2 and victim.name in exported.stderr  # never a partial export unasked (issue 29)
 
     before = server.stats()["generations_total"]
     rerun = regen("run", str(cfg), "--no-progress")

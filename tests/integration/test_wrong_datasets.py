@@ -126,3 +126,42 @@ def test_repaired_export_over_another_dataset_with_the_same_ids_pastes_nothing(t
     assert report["repaired"] == 0 and report["changed"] == 10
     assert {e["reason"] for e in listed.values()} == {"conversation_changed"}
     assert (tmp_path / "repaired" / "data.jsonl").read_bytes() == other.read_bytes()
+
+
+def test_export_refuses_a_run_with_damaged_or_empty_parts_unless_asked_for_a_partial_export(
+    tmp_path: Path, sim
+) -> None:
+    server: SimProcess = sim(*SIM)
+    data = tmp_path / "data.jsonl"
+    _write(data, [_empty_answer(f"r{i:03d}", f"Question {i}?") for i in range(120)])
+    cfg = _config(tmp_path, data, server.url)
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    run = tmp_path / "run"
+    first, second = sorted((run / "shards").glob("*.parquet"))[:2]
+    lost = pq.read_table(first, columns=["id"]).column("id").to_pylist()
+    first.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
+    second.write_bytes(b"")
+
+    refused = regen("export", str(run), "--format", "chat", "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2
+    assert first.name in refused.stderr and second.name in refused.stderr and "--partial" in refused.stderr
+    assert "truncated" in refused.stderr and not (tmp_path / "out").exists()
+    repaired = regen("export", str(run), "--format", "repaired", "--out", str(tmp_path / "rep"))
+    assert repaired.returncode == 2 and first.name in repaired.stderr
+
+    partial = regen("export", str(run), "--format", "chat", "--out", str(tmp_path / "out"), "--partial")
+    assert partial.returncode == 0, partial.stderr
+    assert first.name in partial.stderr and "partial export" in partial.stderr
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "Incomplete" in card and first.name in card and second.name in card
+    exported = pq.read_table(tmp_path / "out" / "data").column("id").to_pylist()
+    assert not set(lost) & set(exported)
+
+    status = regen("status", str(run))
+    assert second.name in status.stdout and "sets it aside" in status.stdout
+    rerun = regen("run", str(cfg), "--no-progress")  # the advice holds: both set aside, their ids regenerated
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in (run / "damaged").iterdir()) == [f"shards-{first.name}", f"shards-{second.name}"]
+    whole = regen("export", str(run), "--format", "chat", "--out", str(tmp_path / "out"))
+    assert whole.returncode == 0, whole.stderr
+    assert len(pq.read_table(tmp_path / "out" / "data").column("id")) == 120
