@@ -37,7 +37,9 @@ def test_text_parts_are_joined_and_other_parts_refused() -> None:
     parts = [{"type": "text", "text": "look"}, {"type": "text", "text": "here"}]
     assert conv.parse([{"role": "user", "content": parts}], "messages") == ({"role": "user", "content": "look\nhere"},)
     image = [{"type": "text", "text": "what is it"}, {"type": "image_url", "image_url": {"url": "x"}}]
-    with pytest.raises(conv.ConversationError, match=r"messages\[0\]\.content\[1\] is a 'image_url' part"):
+    with pytest.raises(
+        conv.ConversationError, match=r"messages\[0\]\.content\[1\] is an 'image_url' part: the run is text-only"
+    ):
         conv.parse([{"role": "user", "content": image}], "messages")
 
 
@@ -79,7 +81,9 @@ def test_the_request_for_turn_k_carries_the_regenerated_history() -> None:
     assert conv.request(messages, (4,), 0, []) == list(messages[:4])
 
 
-def test_reader_takes_sharegpt_rows_with_empty_answers_and_rejects_tool_turns(tmp_path: Path) -> None:
+def test_reader_takes_sharegpt_rows_with_empty_answers_and_rejects_a_tool_result_without_a_call(
+    tmp_path: Path,
+) -> None:
     rows = [
         {"id": "a", "conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": ""}]},
         {"id": "b", "messages": [U1, {"role": "tool", "content": "42"}]},
@@ -89,7 +93,7 @@ def test_reader_takes_sharegpt_rows_with_empty_answers_and_rejects_tool_turns(tm
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
     a, b, c = _read(path)
     assert isinstance(a, Prompt) and a.messages == (U1, EMPTY) and a.positions == (1,)
-    assert isinstance(b, BadInput) and "messages[1] is a tool turn" in b.detail
+    assert isinstance(b, BadInput) and "messages[1]: a tool result that answers no tool call" in b.detail
     assert isinstance(c, Prompt) and c.positions == (1, 3)
 
 

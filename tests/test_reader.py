@@ -294,7 +294,7 @@ def test_custom_field_names(tmp_path: Path) -> None:
         pytest.param(
             {"id": "t", "messages": [{"role": "user", "content": ["x"]}]},
             "t",
-            "messages[0].content[0] is a 'string' part; only text parts",  # text parts are joined (conversation.py)
+            "messages[0].content[0] must be a content part {type, text}, got string 'x'",
             id="content-list",
         ),
         pytest.param(

@@ -108,8 +108,11 @@ def audit_row(data: Any, opts: AuditOptions) -> RowAudit:
         return RowAudit(bad=f"row is a JSON {conversation.type_name(data)}, not an object")
     if isinstance(given := data.get(opts.id_field), str) and (problem := id_problem(given)):
         return RowAudit(bad=f"{opts.id_field}: {problem}")  # `regen run` refuses it as bad_input
+    if (media := conversation.media_problem(data)) is not None:
+        return RowAudit(bad=media)
     found = conversation.find_conversation(data, opts.messages_field)
     try:
+        conversation.tools(data)
         if found is None:
             raw: Any = [{"role": "user", "content": data.get(opts.prompt_field)}]
             if not isinstance(raw[0]["content"], str):

@@ -137,11 +137,12 @@ class Dispatcher:
 
     def _request(self, prompt: Prompt, k: int, done: list[dict[str, Any]]) -> Prompt:
         """The prompt as sent for turn k: the conversation before it, with the regenerated answers."""
-        if not prompt.turns:
+        keep = self.cfg.generation.history_reasoning
+        if not prompt.turns and (keep or not any("reasoning_content" in m for m in prompt.messages)):
             return prompt  # one new turn after the given messages: sent as they are
         answers = [t.get("answer") or "" for t in done]
-        reasoning = [t.get("reasoning") for t in done] if self.cfg.generation.history_reasoning else []
-        messages = conversation.request(prompt.messages, prompt.turns, k, answers, reasoning)
+        reasoning = [t.get("reasoning") for t in done] if keep else []
+        messages = conversation.request(prompt.messages, prompt.positions, k, answers, reasoning, kept_reasoning=keep)
         return dataclasses.replace(prompt, messages=tuple(messages))
 
     async def _turn(

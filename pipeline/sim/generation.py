@@ -19,6 +19,7 @@ from . import text
 from .admitted import Admitted, json_response
 from .engine import Job, QueueFull
 from .state import Inflight, Sim
+from .tool_calls import tool_call_for
 
 SIM = web.AppKey("sim", Sim)
 
@@ -168,6 +169,10 @@ async def _generate(
         sim.stats.faults[fault] += 1
         _fault_error(sim, fault)
     plan, seed = _plan(sim, req, fault)
+    req.tool_call = tool_call_for(req, attempt)
+    if req.tool_call is not None:
+        req.tool_parser = sim.resolved.get("tool_call_parser") is not None
+        sim.stats.faults["tool_call"] += 1
     natural = plan.natural_tokens
     limit = natural if req.max_new_tokens is None else min(natural, req.max_new_tokens)
     cached = sim.prefix_cache.lookup(req.messages, req.prompt_tokens)

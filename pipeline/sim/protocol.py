@@ -14,6 +14,7 @@ import orjson
 
 from . import text
 from .text import EOS_TOKEN_ID, THINK_END, Plan
+from .tool_calls import check_tools, tool_call_text, tool_calls, tool_marker
 
 ALWAYS_FORCE_PARSERS = frozenset({"qwen3-thinking", "minimax", "gpt-oss"})
 
@@ -65,6 +66,10 @@ class GenRequest:
     force_nonempty_content: bool = False
     return_meta_info: bool = False
     return_spec_details: bool = False
+    tools: tuple[str, ...] = ()  # the names of the request's tools
+    tool_marker: str | None = None  # TOOL_CALL_ALWAYS / TOOL_CALL_ONCE in the last user message, or None
+    tool_call: str | None = None  # the tool this generation calls (decided per attempt: generation.py)
+    tool_parser: bool = False  # the server parses tool calls (--tool-call-parser); else they stay in the text
 
 
 def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
@@ -201,6 +206,10 @@ def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | No
     model = str(body.get("model") or "default")
     _check_model(model, served, v)
     sampling = check_sampling(body)
+    try:
+        tools = check_tools(body.get("tools"))
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
     stream_options = body.get("stream_options") or {}
     prompt_tokens = text.count_prompt_tokens(messages)
     plain = body.keys().isdisjoint(_CHAT_SHAPE_KEYS)
@@ -224,6 +233,8 @@ def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | No
         return_meta_info=not plain and bool(body.get("return_meta_info")) and v >= (0, 5, 14),
         return_spec_details=not plain and bool(body.get("return_spec_tokens_details")) and v >= (0, 5, 19),
         prompt_tokens=prompt_tokens,
+        tools=tools,
+        tool_marker=tool_marker(messages),
     )
 
 
@@ -378,6 +389,12 @@ def chat_response(
         "finish_reason": outcome.finish,
         "matched_stop": outcome.matched_stop,
     }
+    if req.tool_call is not None and outcome.finish == "stop":  # the answer is a call
+        if req.tool_parser:  # SGLang's _process_tool_calls: the call parsed out, finish_reason tool_calls
+            choice["message"].update(content="" if v >= (0, 5, 14) else None, tool_calls=tool_calls(req, rid))
+            choice.update(finish_reason="tool_calls", matched_stop=None)
+        else:
+            choice["message"]["content"] = tool_call_text(req)
     if req.return_meta_info:
         choice["meta_info"] = extras.get("meta_info")
     body: dict[str, Any] = {
@@ -473,6 +490,8 @@ class ChatChunks:
         if len(reasoning) > len(self.sent_reasoning) and not hold:
             out += sse(self._chunk({"reasoning_content": reasoning[len(self.sent_reasoning) :]}))
             self.sent_reasoning = reasoning
+        if self.req.tool_call is not None:
+            content = ""  # a call is sent whole at the finish (tool_calls, or its text without a parser)
         if len(content) > len(self.sent_content):
             delta = {"reasoning_content": None, "content": content[len(self.sent_content) :]}
             out += sse(self._chunk(delta))
@@ -480,6 +499,12 @@ class ChatChunks:
         return out
 
     def finish(self, outcome: Outcome) -> bytes:
+        if self.req.tool_call is not None and outcome.finish == "stop":
+            if not self.req.tool_parser:
+                call = sse(self._chunk({"reasoning_content": None, "content": tool_call_text(self.req)}))
+                return call + sse(self._chunk({"reasoning_content": None}, outcome.finish, outcome.matched_stop))
+            call = sse(self._chunk({"reasoning_content": None, "tool_calls": tool_calls(self.req, self.rid)}))
+            return call + sse(self._chunk({"reasoning_content": None}, "tool_calls", None))
         return sse(self._chunk({"reasoning_content": None}, outcome.finish, outcome.matched_stop))
 
     def usage(self, usage_: dict[str, Any]) -> bytes:

@@ -282,7 +282,7 @@ class Sim:
                 served_model_name=self.served,
                 load_format="auto",
                 reasoning_parser=self.resolved.get("reasoning_parser"),
-                tool_call_parser=None,
+                tool_call_parser=self.resolved.get("tool_call_parser"),
                 disaggregation_mode="null",
             )
         return info
