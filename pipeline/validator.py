@@ -1,7 +1,7 @@
 """Pure checks on a completion. A bad completion is data: a Verdict with a reason code, never an exception.
 
-Reason precedence (DESIGN.md section 5): truncated, empty_response, answer_in_reasoning, think_marker, empty_answer,
-empty_reasoning, then the optional degenerate_repetition check.
+Reason precedence (DESIGN.md section 5): truncated, tool_call (a text turn that called a tool), empty_response,
+answer_in_reasoning, think_marker, empty_answer, empty_reasoning, then the optional degenerate_repetition check.
 
 `looping` (pipeline/loops.py: the reasoning or the answer falls into verbatim repetition) comes right after
 think_marker, on unless `validate.reject_looping = false`; a `truncated` completion that loops says so in its detail.
@@ -23,6 +23,8 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
         detail = f"finish_reason=length {where} after {completion.completion_tokens} tokens"
         loop = looping(completion) if cfg.reject_looping else ""
         return Verdict(False, "truncated", f"{detail}; {loop}" if loop else detail)
+    if completion.tool_calls or completion.finish_reason == "tool_calls":
+        return Verdict(False, "tool_call", f"called {_calls(completion)} instead of answering")
     if not answer and not reasoning:
         return Verdict(
             False, "empty_response", f"no answer and no reasoning (finish_reason={completion.finish_reason})"
@@ -53,6 +55,12 @@ def looping(completion: Completion) -> str:
         if (loop := find_loop(text)) is not None:
             return loop.describe(name)
     return ""
+
+
+def _calls(completion: Completion) -> str:
+    """The tools a completion called, by name (`finish_reason=tool_calls` when the server listed none)."""
+    names = [str((call.get("function") or {}).get("name")) for call in completion.tool_calls]
+    return ", ".join(names) if names else "a tool (finish_reason=tool_calls)"
 
 
 def _think_marker(answer: str, reasoning: str) -> str:

@@ -92,7 +92,7 @@ def export_run(
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
     _check_out(run_dir, out)
     file_format = _FIXED_FILE_FORMAT.get(format, file_format)
-    style = Style(reasoning, think_open, think_close)
+    style = Style(reasoning, think_open, think_close, tools=_has_tools(run_dir))
     convert = _converter(format, style, expand_turns, tokenizer, chat_template, run_dir)
     splits = [("train", "shards")] + ([("rejects", "rejects")] if include_rejects else [])
     damaged = refuse_partial(run_dir, [kind for _, kind in splits], partial=partial)
@@ -194,6 +194,19 @@ def _check_out(run_dir: Path, out: Path) -> None:
     for folder in (target, *target.parents):
         if folder == run or (folder / "run.json").is_file():
             raise OutputError(f"{out}: inside the run directory {folder}; export to a folder outside it")
+
+
+def _has_tools(run_dir: Path) -> bool:
+    """Whether any committed row is a tool conversation (it has tools, or messages that call or answer one): the
+    export's messages then carry tool_calls and its rows a `tools` column."""
+    for kind in ("shards", "rejects"):
+        for part in readable_parts(run_dir / kind):
+            pf = pq.ParquetFile(part)
+            names = [n for n in ("tools", "message_extras") if n in pf.schema_arrow.names]
+            table = pf.read(columns=names) if names else None
+            if table is not None and any(table.column(n).null_count < table.num_rows for n in names):
+                return True
+    return False
 
 
 def _keep_fields(parts: list[Path]) -> list[str]:

@@ -8,6 +8,12 @@
 | `prompt-completion` | last turn (or generated turn) | `prompt`, `completion` (TRL's conversational shape) |
 | `openai-batch-output` | request (the samples of one row are one line) | `custom_id`, `response`, `error` |
 
+Every conversation row also has `regenerated` (one boolean per message: whether regen generated that assistant turn,
+so a trainer can mask the turns kept as given). A run with tool conversations (issue 27) adds `tool_calls` and
+`tool_call_id` to chat messages (OpenAI's shape, as TRL and SpecForge's parser read it), `function_call` /
+`observation` turns to ShareGPT, and a `tools` column (the row's tools as a JSON string, which TRL's SFT trainer and
+SpecForge's preprocessing both parse).
+
 `expand_turns` gives one row per generated assistant turn (`<id>#turn<k>`, the history without reasoning, the
 turn with it). A format may skip rows its consumer would refuse (SpecForge's rules); `skipped` counts them by why.
 The tokenized format lives in tokenized.py and follows the same protocol.
@@ -57,11 +63,22 @@ class Format(Protocol):
     def rows(self, batch: list[Row]) -> list[Row]: ...
 
 
+TOOL_CALL_TYPE = pa.struct(
+    [
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+    ]
+)
+
+
 def message_type(style: Style, *, sharegpt: bool = False) -> pa.DataType:
     names = ("from", "value") if sharegpt else ("role", "content")
-    fields = [(n, pa.string()) for n in names]
+    fields: list[tuple[str, pa.DataType]] = [(n, pa.string()) for n in names]
     if style.reasoning == "field":
         fields.append(("reasoning_content", pa.string()))
+    if style.tools and not sharegpt:
+        fields += [("tool_calls", pa.list_(TOOL_CALL_TYPE)), ("tool_call_id", pa.string())]
     return pa.struct(fields)
 
 
@@ -82,13 +99,16 @@ class Converter:
         self._keep, self._rejects = keep_fields, rejects
         if self.format == "specforge":
             return None  # JSONL whose assistant messages alone carry reasoning_content, as SpecForge writes them
+        flags = [pa.field("regenerated", pa.list_(pa.bool_()))]
         if self.format == "prompt-completion":
-            prompt_type = pa.list_(message_type(Style("none")))
+            prompt_type = pa.list_(message_type(Style("none", tools=self.style.tools)))
             body = [pa.field("prompt", prompt_type), pa.field("completion", pa.list_(message_type(self.style)))]
         elif self.format == "sharegpt":
-            body = [pa.field("conversations", pa.list_(message_type(self.style, sharegpt=True)))]
+            body = [pa.field("conversations", pa.list_(message_type(self.style, sharegpt=True))), *flags]
         else:
-            body = [pa.field("messages", pa.list_(message_type(self.style)))]
+            body = [pa.field("messages", pa.list_(message_type(self.style))), *flags]
+        if self.style.tools:
+            body.append(pa.field("tools", pa.string()))
         extra = [pa.field(name, pa.string()) for name in keep_fields]
         expanded = _EXPANDED_FIELDS if self.expand else []
         head, tail = METADATA_FIELDS[0], METADATA_FIELDS[1:]
@@ -111,23 +131,27 @@ class Converter:
                     self.skipped["no_generated_turn"] += 1
                     return []
                 return [{**self._metadata(row), **self._prompt_completion(found[-1])}]
-            return [{**self._metadata(row), **self._body(conv)}]
+            return [{**self._metadata(row), **self._body(conv), **self._tools(row)}]
         out = []
         for target in targets(conv):
             if self.format == "prompt-completion":
                 body = self._prompt_completion(target)
             else:
                 body = self._body((*target.history, target.turn))
-            out.append({**self._metadata(row, target), **body})
+            out.append({**self._metadata(row, target), **body, **self._tools(row)})
         return out
 
     def _body(self, conv: tuple[Message, ...]) -> Row:
+        flags = {"regenerated": [m.generated for m in conv]}
         if self.format == "sharegpt":
-            return {"conversations": [self.style.sharegpt(m) for m in conv]}
-        return {"messages": [self.style.chat(m) for m in conv]}
+            return {"conversations": [self.style.sharegpt(m) for m in conv], **flags}
+        return {"messages": [self.style.chat(m) for m in conv], **flags}
+
+    def _tools(self, row: Row) -> Row:
+        return {"tools": row.get("tools")} if self.style.tools else {}
 
     def _prompt_completion(self, target: Target) -> Row:
-        plain = Style("none")
+        plain = Style("none", tools=self.style.tools)
         return {
             "prompt": [plain.chat(m) for m in target.history],
             "completion": [self.style.chat(target.turn)],
@@ -152,6 +176,8 @@ class Converter:
             self.skipped[problem] += 1
             return []
         head: Row = {"id": row["id"], "status": "success"}
+        if row.get("tools"):
+            head["tools"] = row["tools"]  # a JSON string, as SpecForge's preprocessing parses it
         if not self.expand:
             self._written += 1
             return [{**head, "conversations": [specforge_message(m, reasoning=self.thinking) for m in conv]}]
@@ -167,6 +193,7 @@ class Converter:
                     "assistant_turn_index": target.index,
                     "conversations": messages,
                     "status": "success",
+                    **({"tools": row["tools"]} if row.get("tools") else {}),
                 }
             )
         self._written += 1

@@ -12,6 +12,10 @@ The text is tokenized piece by piece (template, turn, template, ...), as a serve
 then the completion's. The ids are a re-tokenization of the stored text, not the ids the server produced (the run
 stores no token ids); a sampled completion can be tokenized differently by the model than by its tokenizer.
 
+Tool conversations render with the row's `tools` (passed to the template) and each kept turn's `tool_calls` (arguments
+parsed to objects, as SpecForge's parser hands them to templates); those turns and the tool results were kept as
+given, so the mask is 0 on them: it covers only the turns regen generated.
+
 Templates that render reasoning only after the last user turn (Qwen3.x) show history turns without it: those
 turns are masked as rendered (answer and end-of-turn), and the summary counts them (`notes`); `--expand-turns`
 gives one row per turn, each with its reasoning. `transformers` loads the tokenizer from a local folder only.
@@ -19,6 +23,7 @@ gives one row per turn, each with its reasoning. `transformers` loads the tokeni
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,7 @@ class TokenizedConverter:
         self.end_of_turn = end_of_turn(self.tokenizer, thinking)
         self.skipped: Counter[str] = Counter()
         self.notes: Counter[str] = Counter()
+        self._tools: list[Row] | None = None  # the current row's tools, for the template
         self._keep: list[str] = []
         self._rejects = False
 
@@ -71,6 +77,7 @@ class TokenizedConverter:
         out: list[Row] = []
         for row in batch:
             conv = conversation(row)
+            self._tools = json.loads(row["tools"]) if row.get("tools") else None
             found = targets(conv)
             if not found:
                 self.skipped["no_generated_turn"] += 1
@@ -129,10 +136,16 @@ class TokenizedConverter:
         out: Row = {"role": m.role, "content": m.content}
         if m.role == "assistant" and m.reasoning is not None and self.style.reasoning == "field":
             out["reasoning_content"] = m.reasoning
+        if m.calls:
+            out["tool_calls"] = [_with_parsed_arguments(call) for call in m.calls]
+        if (m.extras or {}).get("tool_call_id"):
+            out["tool_call_id"] = (m.extras or {})["tool_call_id"]
         return out
 
     def _render(self, messages: list[Row], *, generation_prompt: bool) -> str:
-        return render(self.tokenizer, messages, generation_prompt=generation_prompt, thinking=self.thinking)
+        return render(
+            self.tokenizer, messages, generation_prompt=generation_prompt, thinking=self.thinking, tools=self._tools
+        )
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
@@ -163,11 +176,23 @@ def load_tokenizer(folder: Path, chat_template: Path | None) -> Any:
     return tokenizer
 
 
-def render(tokenizer: Any, messages: list[Row], *, generation_prompt: bool, thinking: bool) -> str:
+def render(
+    tokenizer: Any, messages: list[Row], *, generation_prompt: bool, thinking: bool, tools: list[Row] | None = None
+) -> str:
     text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=thinking
+        messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=thinking
     )
     return str(text)
+
+
+def _with_parsed_arguments(call: Row) -> Row:
+    """A tool call whose `arguments` JSON string is an object, as chat templates render them (`| tojson`)."""
+    function = dict(call.get("function") or {})
+    try:
+        function["arguments"] = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        pass  # not JSON: rendered as the string it is
+    return {**call, "function": function}
 
 
 def end_of_turn(tokenizer: Any, thinking: bool) -> str:

@@ -43,7 +43,7 @@ import numpy as np
 
 from .. import conversation
 from ..config import GenerationConfig, InputConfig, ValidateConfig
-from ..conversation import short, type_name
+from ..conversation import hashed, short, type_name
 from ..dataset.audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 from ..dataset.stored import content_id, fingerprint, id_problem, with_system
@@ -194,7 +194,8 @@ class PromptReader:
     def _columns(self, *, with_keep: bool) -> list[str]:
         cfg = self._cfg
         conv = conversation.CONVERSATION_FIELDS if cfg.messages_field == "auto" else (cfg.messages_field,)
-        cols = [cfg.id_field, *conv, cfg.prompt_field, *(cfg.keep_fields if with_keep else ())]
+        media = (conversation.TOOLS_FIELD, *conversation.MEDIA_FIELDS)  # read with the conversation
+        cols = [cfg.id_field, *conv, cfg.prompt_field, *media, *(cfg.keep_fields if with_keep else ())]
         return list(dict.fromkeys(cols))
 
     def _chunks(self, columns: list[str], ids_only: str | None) -> Iterator[tuple[Path, list[Row]]]:
@@ -271,13 +272,16 @@ class PromptReader:
             given = self._given_id(data, self._json(path))
             messages, overrides = self._openai_request(data) if self._openai else (self._messages(data), None)
             turns = () if self._openai else self._turns(messages, data)
+            tools = self._tools(data)
         except (_Problem, LineProblem) as problem:
             return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
         extra = self._keep(data)
         if overrides is not None:
             extra[REQUEST_OVERRIDES] = overrides
         mark = fingerprint(messages, turns or (len(messages),))
-        return Prompt(given or content_id(messages), messages, source, extra, turns, fingerprint=mark)
+        return Prompt(
+            given or content_id(hashed(messages, tools)), messages, source, extra, turns, tools=tools, fingerprint=mark
+        )
 
     def _turns(self, messages: tuple[dict[str, str], ...], data: dict[str, Any]) -> tuple[int, ...]:
         """Where the generated turns go; () for the common case of one new turn after the last message. With
@@ -332,7 +336,17 @@ class PromptReader:
             raise _Problem(f"{key}: {problem}")
         return str(value)
 
+    def _tools(self, data: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        """The row's tools (the request's `tools`, sent with every turn), or the body's own in an OpenAI batch."""
+        body = data.get("body") if self._openai else data
+        try:
+            return conversation.tools(body) if isinstance(body, dict) else ()
+        except conversation.ConversationError as exc:
+            raise _Problem(str(exc)) from None
+
     def _messages(self, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
+        if (media := conversation.media_problem(data)) is not None:
+            raise _Problem(media)
         mf, pf = self._cfg.messages_field, self._cfg.prompt_field
         found = conversation.find_conversation(data, mf)
         if found is not None:
