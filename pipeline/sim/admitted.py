@@ -77,6 +77,8 @@ class Admitted:
         if self.job is not None and self.job.state != "done" and self.sim.engine is not None:
             self.sim.engine.abort(self.job)
         self.sim.stats.cancelled += 1
+        if self.plan.loops:  # what the decode cost before its client left (instant mode: all of it)
+            self.sim.stats.looped(self.limit if self.job is None else int(self.job.generated))
 
     def _detach(self) -> bool:
         """The client of a non-streaming request went away. SGLang looks for that only after `disconnect_check_s`
@@ -156,6 +158,8 @@ class Admitted:
             self.sim.stats.cancelled += 1
         else:
             self.sim.stats.generated(self.key, self.req.rid, self.req.prompt_tokens, outcome.tokens)
+        if self.plan.loops:
+            self.sim.stats.looped(outcome.tokens)
 
     def _extras(self, outcome: p.Outcome, meta: bool) -> dict[str, Any]:
         sim, req = self.sim, self.req

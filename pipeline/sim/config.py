@@ -106,6 +106,7 @@ class SimConfig:
     p_answer_in_reasoning: float = 0.0
     p_invalid_json: float = 0.0
     p_stall: float = 0.0  # stream: role chunk and a few deltas, then silence (connection open) until abort/disconnect
+    loop_share: float = 0.0  # thinking generations that fall into a verbatim loop part-way and run to max_tokens
     trickle_s: float = 0.0  # streams send one delta every S seconds: slow but alive
     die_after: int | None = None  # stop serving after N generation responses
     fail_503_after: int | None = None  # after N generation responses, answer every one with 503 (/health stays 200)
@@ -282,6 +283,14 @@ def _add_fault_flags(parser: argparse.ArgumentParser) -> None:
         "answer every generation request with 503 while /health stays 200",
     )
     f.add_argument("--fail-503-for", type=_seconds, metavar="S", help="length of each 503 burst (default 1)")
+    f.add_argument(
+        "--loop-share",
+        type=_probability,
+        metavar="P",
+        help="share of thinking generations that fall into a verbatim loop part-way (one unit of 40-1,600 "
+        "characters, repeated) and run to max_tokens at the decode rate; drawn from the prompt and the request's "
+        "seed (not per attempt), so a retry with a new seed draws again",
+    )
     f.add_argument(
         "--trickle-s",
         type=_seconds,

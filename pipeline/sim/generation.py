@@ -152,6 +152,9 @@ def _plan(sim: Sim, req: p.GenRequest, fault: str | None) -> tuple[text.Plan, in
     plan = text.make_plan(seed, sim.config.mean_output_tokens, req.thinking)
     if fault == "answer_in_reasoning" and plan.thinking:
         plan = text.with_answer_in_reasoning(plan)
+    elif plan.thinking and text.loop_drawn(seed, sim.config.loop_share):
+        plan = text.with_loop(plan, seed)
+        sim.stats.faults["loop"] += 1
     return plan, seed
 
 

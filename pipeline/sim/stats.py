@@ -37,6 +37,8 @@ class Stats:
         self.errors: Counter[str] = Counter()  # status → count of error responses the protocol itself gave
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.looping_generations = 0  # generations of the loop fault that ended (ran to max_tokens, or stopped)
+        self.looping_tokens = 0  # tokens they decoded, the ones aborted early included: what loops cost the GPU
 
     def received(self, key: str, rid: str | None) -> int:
         """Count a request; returns its attempt number for this prompt (0-based)."""
@@ -58,6 +60,11 @@ class Stats:
         if rid is not None:
             self.generations_by_rid[rid] += 1
 
+    def looped(self, tokens: int) -> None:
+        """A looping generation ended after decoding `tokens` tokens."""
+        self.looping_generations += 1
+        self.looping_tokens += tokens
+
     def snapshot(self, log: bool = False) -> dict[str, Any]:
         """The counters; with `log`, also each prompt key's generations as [rid, wall time] pairs (where a duplicate
         across servers came from)."""
@@ -75,4 +82,5 @@ class Stats:
             "errors": dict(self.errors),
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
+            "looping": {"generations": self.looping_generations, "tokens": self.looping_tokens},
         }

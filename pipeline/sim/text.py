@@ -114,10 +114,19 @@ class Plan:
     reasoning_at: int = 0  # sentence index where the thinking text starts
     content_at: int = 0  # sentence index where the answer's running text starts
     answer_number: int = 0
+    loop_at: int = -1  # the loop fault: thinking falls into repeating one unit from this token on (-1: never)
+    loop_chars: int = 0  # ... a unit of this many characters ...
+    loop_from: int = 0  # ... taken from the text block at this sentence index
+
+    @property
+    def loops(self) -> bool:
+        return self.loop_at >= 0
 
     @property
     def natural_tokens(self) -> int:
-        """Tokens until and including EOS."""
+        """Tokens until and including EOS (a looping plan never ends: it runs to max_tokens)."""
+        if self.loops:
+            return LOOP_TOKENS
         closes = self.thinking and not self.answer_in_reasoning
         return self.reasoning_tokens + (1 if closes else 0) + self.content_tokens + 1
 
@@ -133,11 +142,22 @@ class Plan:
 
     def reasoning_text(self, tokens: int) -> str:
         """The first `tokens` tokens of thinking (continuing into the answer under answer-in-reasoning)."""
+        if self.loops:
+            return self._looping_text(tokens)
         own = min(tokens, self.reasoning_tokens)
         out = _slice(self.reasoning_at, own * CHARS_PER_TOKEN)
         if tokens > own and self.answer_in_reasoning:
             out += self.content_text(tokens - own)
         return out
+
+    def _looping_text(self, tokens: int) -> str:
+        """Ordinary thinking up to `loop_at`, then one unit over and over: a verbatim loop to the end."""
+        head = _slice(self.reasoning_at, min(tokens, self.loop_at) * CHARS_PER_TOKEN)
+        n = (tokens - self.loop_at) * CHARS_PER_TOKEN
+        if n <= 0:
+            return head
+        unit = _slice(self.loop_from, self.loop_chars)
+        return head + (unit * (n // len(unit) + 1))[:n]
 
     def content_text(self, tokens: int) -> str:
         """The first `tokens` tokens of the answer: "The answer is N." then running text, padded to 4 per token."""
@@ -172,6 +192,25 @@ _MEDIAN_FACTOR = 1.0 / math.exp(_SIGMA * _SIGMA / 2.0)
 _TWO_PI = 2.0 * math.pi
 
 
+LOOP_TOKENS = 1 << 17  # how long a looping plan would run without max_tokens (a 128K context)
+
+
+def loop_drawn(seed: int, p_loop: float) -> bool:
+    """Whether the generation planned from `seed` (prompt, sampling params with the request's seed, server seed)
+    loops: the same prompt and seed always do or never do; a retry with a new seed draws again."""
+    return p_loop > 0 and _uniform(seed, 3) < p_loop
+
+
+def with_loop(plan: Plan, seed: int) -> Plan:
+    """The loop fault: thinking starts normally, then from 10-60% of its planned length repeats one unit of
+    40-1,600 characters (a sentence to a few paragraphs of the text block) verbatim until max_tokens."""
+    at = max(1, int(plan.reasoning_tokens * (0.1 + 0.5 * _uniform(seed, 4))))
+    chars = 40 + int(1560 * _uniform(seed, 5) ** 2)
+    return dataclasses.replace(
+        plan, thinking=True, loop_at=at, loop_chars=chars, loop_from=int(_uniform(seed, 6) * (1 << 30))
+    )
+
+
 def with_answer_in_reasoning(plan: Plan) -> Plan:
     """The fault: the model never closes its think block, so the answer lands in the reasoning."""
     return dataclasses.replace(plan, thinking=True, answer_in_reasoning=True)
@@ -182,7 +221,7 @@ def raw_prefix(plan: Plan, tokens: int) -> tuple[str, str, bool]:
     if not plan.thinking:
         return "", plan.content_text(tokens), False
     r = plan.reasoning_tokens
-    if tokens <= r or plan.answer_in_reasoning:
+    if tokens <= r or plan.answer_in_reasoning or plan.loops:
         return plan.reasoning_text(tokens), "", False
     return plan.reasoning_text(r), plan.content_text(tokens - r - 1), True
 
