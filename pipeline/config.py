@@ -256,9 +256,9 @@ def _positive(v: Any) -> bool:
 # ranges are SGLang's own, so a value it would answer with 400 for every prompt stops the run before it starts.
 _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("input.batch_rows", _at_least(1), "at least 1"),
+    ("input.max_bad_share", lambda v: 0 <= v <= 1, "in [0, 1] (1 = never stop)"),
     ("input.select", lambda v: v in ("all", "invalid"), "'all' or 'invalid'"),
     ("input.repair", lambda v: v in ("conversation", "from_first_bad_turn"), "'conversation' or 'from_first_bad_turn'"),
-    ("input.max_bad_share", lambda v: 0 <= v <= 1, "in [0, 1] (1 = never stop)"),
     ("output.shard_rows", _at_least(1), "at least 1"),
     ("output.row_group_rows", _at_least(1), "at least 1"),
     ("output.sync_interval_s", _positive, "positive"),
@@ -326,31 +326,70 @@ def _check_values(cfg: Config, where: str) -> None:
 
 
 def check_url(url: str, where: str) -> None:
-    """An endpoint URL is `sim` or an absolute http(s) URL with a host; anything else fails at load, not at run."""
+    """An endpoint URL is `sim` or an absolute http(s) URL with a host and nothing a request would drop: a query
+    string, a fragment or `user:password@` (a key goes in `api_key_env`). Fails at load, not at run; the message never
+    repeats a password."""
     if url == "sim":
         return
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - parsing the port is the check ('host:3000O' raises)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {url!r} is not a valid URL: {exc}") from None
+        raise ConfigError(f"{where}: {_redacted(url)!r} is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         example = "" if "://" in url else f" (did you mean 'http://{url}'?)"
         raise ConfigError(f"{where}: {url!r} is not 'sim' or an http:// or https:// URL with a host{example}")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"{where}: {_redacted(url)!r} carries credentials (user:password@); put the key in an environment "
+            "variable and name it in api_key_env"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(
+            f"{where}: {url!r} has a query string or fragment, which requests would not carry; give the server's "
+            "base URL (e.g. http://host:30000)"
+        )
+
+
+def _redacted(url: str) -> str:
+    """`url` with anything between `://` and `@` hidden."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
 
 
 def check_api_keys(cfg: Config, where: str = "<config>", environ: typing.Mapping[str, str] = os.environ) -> None:
-    """Every `api_key_env` names a set, non-empty variable: a run or preflight must not go out without its key.
+    """Every `api_key_env` names a set, non-empty variable holding a usable key (`api_key_for`): a run or
+    preflight must not go out without its key.
 
     Not part of loading: `regen launch` and readers of a RUN_DIR load configs whose keys live on another machine.
     """
     for i, spec in enumerate(cfg.endpoints):
-        if spec.api_key_env and not environ.get(spec.api_key_env):
-            state = "is empty" if spec.api_key_env in environ else "is not set"
-            raise ConfigError(
-                f"{where}: endpoints[{i}].api_key_env names ${spec.api_key_env}, which {state}; export it with the "
-                'key, or set api_key_env = "" for a server without a key'
-            )
+        api_key_for(spec.api_key_env, f"{where}: endpoints[{i}].api_key_env", environ)
+
+
+def api_key_for(env_name: str, where: str, environ: typing.Mapping[str, str] = os.environ) -> str | None:
+    """The bearer token held by the variable `env_name` (None when it is ""), surrounding whitespace stripped (a
+    Kubernetes secret made with `echo key | base64` ends in a newline). A control character inside the key (CR, LF,
+    NUL: it would split or end the header) is a ConfigError naming the variable; the key is never printed."""
+    if not env_name:
+        return None
+    raw = environ.get(env_name)
+    key = (raw or "").strip()
+    if not key:
+        state = "is empty" if raw is not None else "is not set"
+        raise ConfigError(
+            f'{where} names ${env_name}, which {state}; export it with the key, or set api_key_env = "" for a '
+            "server without a key"
+        )
+    bad = next((c for c in key if (ord(c) < 32 and c != "\t") or ord(c) == 127), None)
+    if bad is not None:
+        raise ConfigError(
+            f"{where}: ${env_name} holds a control character ({bad!r}, at {key.index(bad)} of {len(key)}) inside "
+            "the key; an HTTP header cannot carry it. Re-create the variable from the bare key"
+        )
+    return key
 
 
 def with_endpoints(cfg: Config, urls: typing.Sequence[str]) -> Config:

@@ -14,6 +14,7 @@
     │   ├── PermanentRequestError            400: the prompt itself is at fault (context length, params)
     │   ├── RetryableRequestError            5xx, 503 queue full, timeouts, resets, invalid JSON
     │   ├── EndpointDownError                refused connection: the endpoint, not the prompt, is at fault
+    │   │   └── UnresolvedHostError          the host name does not resolve (a typo, a node that is gone)
     │   └── HungRequestError                 past its deadline on a live endpoint (engine/deadline.py): aborted
     └── Interrupted                 exit 130 SIGINT/SIGTERM after a clean drain
 
@@ -88,6 +89,10 @@ class EndpointDownError(RequestError):
 
 class Interrupted(RegenError):
     exit_code = 130
+
+
+class UnresolvedHostError(EndpointDownError):
+    """The host name does not resolve: a typo or a node that is gone, not a server still loading its weights."""
 
 
 class HungRequestError(RequestError):

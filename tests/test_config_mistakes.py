@@ -103,6 +103,41 @@ def test_api_key_env_naming_an_unset_variable_exits_2(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("value", ["sk-abc\r\nX-Injected: 1", "sk-abc\ndef", "sk-\x7fabc"], ids=["crlf", "lf", "del"])
+def test_an_api_key_with_a_control_character_inside_exits_2_without_printing_it(
+    tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REGEN_TEST_KEY", value)
+    cfg = write_config(tmp_path, 'url = "sim"\napi_key_env = "REGEN_TEST_KEY"')
+    for argv in (["run", str(cfg), "--no-progress"], ["preflight", str(cfg), "--no-probe"]):
+        code, err, _ = run_cli(argv, capsys)
+        assert code == 2, err
+        assert "$REGEN_TEST_KEY" in err and "control character" in err
+        assert "sk-" not in err and "abc" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://admin:hunter2@gpu-node-7:30000", "carries credentials"),
+        ("http://gpu-node-7:30000/?api_key=hunter2", "query string"),
+        ("http://gpu-node-7:30000/#frag", "query string or fragment"),
+    ],
+    ids=["userinfo", "query", "fragment"],
+)
+def test_a_url_with_credentials_or_a_query_exits_2_without_echoing_a_password(
+    tmp_path: Path, url: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(tmp_path, f'url = "{url}"')
+    code, err, _ = run_cli(["run", str(cfg), "--no-progress"], capsys)
+    assert code == 2, err
+    assert "endpoints[0].url" in err and message in err
+    if "@" in url:
+        assert "hunter2" not in err and "admin" not in err
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------- ranges
 
 

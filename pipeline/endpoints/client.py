@@ -1,40 +1,35 @@
-"""One SGLang endpoint: the request payload, the response parsing (reasoning split) and the error mapping.
+"""One SGLang endpoint: the request payload, the response parsing (reasoning split) and what makes a completion.
 
-Requests go over `http1.ConnectionPool` (keep-alive HTTP/1.1 on asyncio protocols, parsed by httptools): measured
-here, aiohttp's client costs ~2.7x as much per request and httpx's pool ~55x (BENCHMARKS.md), and a client that
-costs CPU per completion slows every GPU behind it. Transport failures and HTTP statuses become our error classes
-in exactly one place, `_raise_for`/`_map_transport`.
+Requests go over `transport.Transport` (aiohttp's client, configured for the job); its failures and HTTP statuses
+become our error classes in `failures`, the one map. What is checked here, whatever the client library: a 200 that
+is an error object (`{"object": "error"}`, an SSE error event) is that error, and a completion needs a finish reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import orjson
+from aiohttp.abc import AbstractResolver
 
 from ..config import ClientConfig, GenerationConfig
-from ..errors import (
-    EndpointDownError,
-    FatalEndpointError,
-    PermanentRequestError,
-    RequestError,
-    RetryableRequestError,
-)
+from ..errors import EndpointDownError, RequestError, RetryableRequestError
 from ..records import Completion, Prompt
-from .http1 import BadResponse, ConnectFailed, ConnectionLost, ConnectionPool, TransportError
+from . import failures
 from .reasoning import split_reasoning
 from .sse import ErrorEvent, InvalidStream, parse_stream
+from .transport import Reply, Timeouts, Transport
 
 CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-CHAT_PATH = b"/v1/chat/completions"
+CHAT_PATH = "/v1/chat/completions"
 
 
 def request_seed(base_seed: int, prompt_id: str, attempt: int) -> int:
@@ -57,13 +52,13 @@ def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
 
 
 class EndpointClient:
-    """Two long-lived connection pools to one endpoint: one for generations, one for the control plane.
+    """Two long-lived transports to one endpoint: one for generations, one for the control plane.
 
     The endpoint pool is the one place that bounds requests in flight (its capacity follows the server when
     `concurrency` is 0), so the generation connections have no limit of their own: a request never waits for a
     free connection, and the connect timeout covers only opening a socket, never a wait behind other generations.
-    Health probes, `/v1/loads`, `/abort_request` and other small calls use their own small connector, so they are
-    answered while every generation connection is busy for minutes.
+    Health probes, `/v1/loads`, `/abort_request` and other small calls use their own small pool, so they are
+    answered while every generation connection is busy for minutes. `resolver` is aiohttp's seam for name lookups.
     """
 
     def __init__(
@@ -75,6 +70,7 @@ class EndpointClient:
         concurrency: int = 0,
         api_key: str | None = None,
         honor_overrides: bool = False,
+        resolver: AbstractResolver | None = None,
     ):
         self.url = url.rstrip("/")
         self.honor_overrides = honor_overrides
@@ -85,38 +81,41 @@ class EndpointClient:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._resolver = resolver
         self._base = build_payload_base(gen)
-        self._session: ConnectionPool | None = None
-        self._control: ConnectionPool | None = None
+        self._session: Transport | None = None
+        self._control: Transport | None = None
         self._aborts: set[asyncio.Task[None]] = set()  # see abort_moved
 
     async def __aenter__(self) -> EndpointClient:
         # No bound on generation connections: the endpoint pool's capacity bounds them (see the class docstring).
-        connect = self.cfg.connect_timeout_s
-        self._session = ConnectionPool(self.url, connect_timeout_s=connect, headers=self._headers)
-        self._control = ConnectionPool(
-            self.url, connect_timeout_s=connect, headers=self._headers, max_connections=CONTROL_CONNECTIONS
-        )
+        opts: dict[str, Any] = {
+            "headers": self._headers,
+            "connect_timeout_s": self.cfg.connect_timeout_s,
+            "resolver": self._resolver,
+        }
+        self._session = await Transport(self.url, **opts).__aenter__()
+        self._control = await Transport(self.url, limit=CONTROL_CONNECTIONS, **opts).__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         for task in list(self._aborts):  # the run is over: nothing of it is worth waiting on a frozen server for
             task.cancel()
         await asyncio.gather(*self._aborts, return_exceptions=True)
-        for pool in (self._session, self._control):
-            if pool is not None:
-                await pool.close()
+        for transport in (self._session, self._control):
+            if transport is not None:
+                await transport.close()
         self._session = self._control = None
 
     @property
-    def session(self) -> ConnectionPool:
+    def session(self) -> Transport:
         """The generation connections."""
         if self._session is None:
             raise RuntimeError("EndpointClient used outside `async with` (or after close)")
         return self._session
 
     @property
-    def control(self) -> ConnectionPool:
+    def control(self) -> Transport:
         """The control-plane connections (health, loads, server info, aborts): never behind a generation."""
         if self._control is None:
             raise RuntimeError("EndpointClient used outside `async with` (or after close)")
@@ -146,24 +145,21 @@ class EndpointClient:
         body = self.payload(prompt, attempt, rid)
         data = orjson.dumps(body)
         started = time.monotonic()
-        try:
-            if self.cfg.stream:
-                parsed = await self._stream(data, rid)
-            else:
-                parsed = await self._once(data)
-        except RequestError:
-            raise
-        except (TransportError, TimeoutError, OSError) as exc:
-            raise _map_transport(exc, self.url) from exc
+        parsed = await (self._stream(data, rid) if self.cfg.stream else self._once(data))
+        if not parsed["finish_reason"]:
+            raise RetryableRequestError(f"{self.url}: the completion has no finish_reason (cut short?)")
         return self._completion(parsed, body["seed"], time.monotonic() - started)
 
     async def _once(self, data: bytes) -> dict[str, Any]:
-        resp = await self.session.fetch(b"POST", CHAT_PATH, data, timeout_s=self.cfg.request_timeout_s)
-        raw = resp.body
-        if resp.status != 200:
-            _raise_for(resp.status, raw, resp.header("Retry-After"), self.url)
+        timeouts = Timeouts(connect=self.cfg.connect_timeout_s, total=self.cfg.request_timeout_s)
+        reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=timeouts)
+        _check_status(reply, self.url)
         try:
-            obj = orjson.loads(raw)
+            obj = orjson.loads(reply.body)
+        except orjson.JSONDecodeError as exc:
+            raise RetryableRequestError(f"{self.url}: invalid JSON in a 200 response: {exc}") from None
+        failures.raise_for_error_object(obj, self.url)
+        try:
             choice = obj["choices"][0]
             message = choice["message"]
             return {
@@ -173,30 +169,28 @@ class EndpointClient:
                 "usage": obj.get("usage") or {},
                 "model": obj.get("model") or "",
             }
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise RetryableRequestError(f"{self.url}: invalid JSON in a 200 response: {exc}") from None
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise RetryableRequestError(f"{self.url}: not a chat completion in a 200 response: {exc!r}") from None
 
     async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
-        stall = self.cfg.stall_timeout_s
+        timeouts = Timeouts(
+            connect=self.cfg.connect_timeout_s, total=self.cfg.request_timeout_s, stall=self.cfg.stall_timeout_s
+        )
         try:
-            resp = await self.session.fetch(
-                b"POST", CHAT_PATH, data, stall_s=stall, timeout_s=self.cfg.request_timeout_s
-            )
-        except TimeoutError:
-            await self.abort(rid)
-            raise RetryableRequestError(
-                f"{self.url}: stream stalled (no bytes for {self.cfg.stall_timeout_s}s)"
-            ) from None
-        if resp.status != 200:
-            _raise_for(resp.status, resp.body, resp.header("Retry-After"), self.url)
-        return _parse_sse(resp.body, self.url)
+            reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=timeouts)
+        except RetryableRequestError as exc:
+            if isinstance(exc.__cause__, aiohttp.SocketTimeoutError | TimeoutError):
+                await self.abort(rid)  # stalled or past its time: the server may still be decoding it
+            raise
+        _check_status(reply, self.url)
+        return _parse_sse(reply.body, self.url)
 
     async def abort(self, rid: str) -> None:
         """Tell the server to stop generating `rid` (best effort: a stalled server may not answer)."""
+        timeouts = Timeouts(connect=min(2.0, self.cfg.connect_timeout_s), total=2.0)
         try:
-            async with asyncio.timeout(2):
-                await self.control.fetch(b"POST", b"/abort_request", orjson.dumps({"rid": rid}))
-        except (TransportError, TimeoutError, OSError):
+            await self.control.request("POST", "/abort_request", body=orjson.dumps({"rid": rid}), timeouts=timeouts)
+        except RequestError:
             pass
 
     def abort_moved(self, rid: str) -> None:
@@ -220,16 +214,20 @@ class EndpointClient:
         body = orjson.dumps({"rid": rid})
         delay = max(0.05, self.cfg.backoff_base_s)
         while (left := until - loop.time()) > 0:
+            timeouts = Timeouts(connect=min(self.cfg.connect_timeout_s, left), total=left)
             try:  # on the generation connections: uncapped, so a freeze's worth of aborts never holds up a probe
-                await self.session.fetch(b"POST", b"/abort_request", body, timeout_s=left)
+                await self.session.request("POST", "/abort_request", body=body, timeouts=timeouts)
                 return
-            except ConnectFailed as exc:
-                if isinstance(exc.os_error, ConnectionRefusedError):
-                    return  # the host is up and nothing listens: no process there holds the request
-            except (ConnectionLost, BadResponse, RuntimeError):
-                return  # reset by a dying server; or the client is closing
-            except TimeoutError:
+            except EndpointDownError as exc:
+                cause = exc.__cause__
+                if not isinstance(cause, aiohttp.ClientConnectorError) or isinstance(
+                    cause.os_error, ConnectionRefusedError
+                ):
+                    return  # refused (nothing listens: no process holds the request) or reset by a dying server
+            except RetryableRequestError:
                 pass  # no connection within connect_timeout_s (a partition): again, after a backoff
+            except RuntimeError:
+                return  # the client is closing
             await asyncio.sleep(min(delay, max(0.0, until - loop.time())))
             delay = min(2 * delay, self.cfg.backoff_max_s)
 
@@ -268,14 +266,16 @@ class EndpointClient:
             raise RetryableRequestError(f"{self.url}{path}: invalid JSON: {exc}") from None
 
     async def _get(self, path: str, timeout_s: float) -> bytes:
-        try:
-            async with asyncio.timeout(timeout_s):
-                resp = await self.control.fetch(b"GET", path.encode())
-        except (TransportError, TimeoutError, OSError) as exc:
-            raise _map_transport(exc, self.url) from exc
-        if resp.status != 200:
-            _raise_for(resp.status, resp.body, resp.header("Retry-After"), self.url)
-        return resp.body
+        timeouts = Timeouts(connect=min(self.cfg.connect_timeout_s, timeout_s), total=timeout_s)
+        reply = await self.control.request("GET", path, timeouts=timeouts)
+        _check_status(reply, self.url)
+        return reply.body
+
+
+def _check_status(reply: Reply, url: str) -> None:
+    failures.raise_for_status(
+        reply.status, reply.body, url, retry_after=reply.header("Retry-After"), location=reply.header("Location")
+    )
 
 
 def _parse_sse(body: bytes, url: str) -> dict[str, Any]:
@@ -283,58 +283,12 @@ def _parse_sse(body: bytes, url: str) -> dict[str, Any]:
     try:
         return parse_stream(body)
     except ErrorEvent as event:
-        _raise_for(event.status, orjson.dumps({"message": event.message}), None, url)
-        raise  # (unreachable: _raise_for always raises)
+        failures.raise_for_status(
+            max(event.status, 400), orjson.dumps({"message": event.message}), url, retry_after=None, location=None
+        )
+        raise  # (unreachable: raise_for_status raises for any status >= 400)
     except InvalidStream as exc:
         raise RetryableRequestError(f"{url}: {exc}") from None
-
-
-def _error_message(raw: bytes) -> str:
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw[:300].decode("utf-8", "replace")
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err)
-    return str(obj)[:300]
-
-
-def _raise_for(status: int, raw: bytes, retry_after: str | None, url: str) -> None:
-    """The one place an HTTP status becomes an error class."""
-    message = f"{url}: HTTP {status}: {_error_message(raw)}"
-    after: float | None = None
-    if retry_after:
-        try:
-            after = float(retry_after)
-        except ValueError:
-            after = None
-    if status in (401, 403):
-        raise FatalEndpointError(f"{message} (check the endpoint's api_key_env)")
-    if status == 404:
-        raise FatalEndpointError(f"{message} (wrong URL or model name?)")
-    if status in (408, 429) or status >= 500:
-        raise RetryableRequestError(message, status=status, retry_after=after)
-    if 400 <= status < 500:
-        raise PermanentRequestError(message, status=status)
-    raise RetryableRequestError(message, status=status)
-
-
-def _map_transport(exc: BaseException, url: str) -> RequestError:
-    """The one place a transport failure becomes an error class."""
-    if isinstance(exc, ConnectFailed):
-        if isinstance(exc.os_error, socket.gaierror):
-            return EndpointDownError(f"{url}: cannot resolve host ({exc.os_error})")
-        return EndpointDownError(f"{url}: cannot connect ({exc.os_error})")
-    if isinstance(exc, ConnectionLost | ConnectionResetError):
-        return EndpointDownError(f"{url}: connection lost mid-response ({exc})")
-    if isinstance(exc, TimeoutError):
-        return RetryableRequestError(f"{url}: request timed out")
-    if isinstance(exc, BadResponse):
-        return RetryableRequestError(f"{url}: not an HTTP response ({exc})")
-    return RetryableRequestError(f"{url}: {type(exc).__name__}: {exc}")
 
 
 @asynccontextmanager

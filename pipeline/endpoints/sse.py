@@ -2,7 +2,7 @@
 reason, usage and model.
 
 The body is read whole. regen stores finished rows, so streaming is there for one thing, noticing a stalled server
-(a stream's bytes stop), and the transport does that while it keeps the bytes (`http1`, `stall_s`); nothing here
+(a stream's bytes stop), and the transport does that while it reads the bytes (`transport.Timeouts.stall`); nothing here
 runs per read. A thinking completion streams one event per decode step, ~240 for 1,800 tokens, and parsing each
 in full was most of what streaming cost (BENCHMARKS.md). So, in three steps, each falling through to the next for
 what it cannot vouch for:
@@ -29,7 +29,8 @@ class InvalidStream(Exception):
 
 
 class ErrorEvent(Exception):
-    """The server streamed an error object instead of a chunk."""
+    """The server streamed an error object instead of a chunk (`{"error": ...}`, `{"object": "error", ...}`, or any
+    data of an `event: error` frame)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -104,16 +105,29 @@ def _framed(body: bytes) -> list[Any] | None:
 
 
 def _line_by_line(body: bytes) -> tuple[list[dict[str, Any]], bool]:
-    """The events up to `[DONE]`, and whether it came."""
+    """The events up to `[DONE]`, and whether it came. The data of an `event: error` frame is an error, whatever
+    its shape (vLLM-style servers and several gateways name the event instead of the object)."""
     payloads: list[bytes] = []
+    errors: set[int] = set()
+    named_error = False
     for line in body.split(b"\n"):
         line = line.strip()
-        if line.startswith(b"data:"):
+        if not line:
+            named_error = False  # a blank line ends the frame
+        elif line.startswith(b"event:"):
+            named_error = line[6:].strip() == b"error"
+        elif line.startswith(b"data:"):
             payload = line[5:].strip()
             if payload == b"[DONE]":
-                return _parse(payloads), True
+                return _mark_errors(_parse(payloads), errors), True
+            if named_error:
+                errors.add(len(payloads))
             payloads.append(payload)
-    return _parse(payloads), False
+    return _mark_errors(_parse(payloads), errors), False
+
+
+def _mark_errors(events: list[dict[str, Any]], errors: set[int]) -> list[dict[str, Any]]:
+    return [{"error": e} if i in errors and "error" not in e else e for i, e in enumerate(events)]
 
 
 def _parse(payloads: list[bytes]) -> list[dict[str, Any]]:
@@ -142,8 +156,8 @@ class Deltas:
 
     def take(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
-            if "error" in event:
-                err = event["error"]
+            if "error" in event or event.get("object") == "error":
+                err = event.get("error", event)
                 code = err.get("code") if isinstance(err, dict) else None
                 message = err.get("message") if isinstance(err, dict) else str(err)
                 raise ErrorEvent(int(code) if isinstance(code, int) else 500, str(message))

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
-from ..config import Config, EndpointConfig
+from ..config import Config, EndpointConfig, api_key_for
 from ..endpoints.autosize import full_batch
 from ..endpoints.health import NOT_YET
 from ..endpoints.pool import Pool
@@ -46,7 +45,7 @@ class Gate:
         self.results: dict[str, dict[str, Any]] = {}
 
     def _key(self, ep: EndpointState) -> str | None:
-        return os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        return api_key_for(ep.api_key_env, "api_key_env")
 
     async def admit_all(self) -> dict[str, Any]:
         """Preflight every endpoint at once; raise PreflightError on drift. Returns what run.json records."""

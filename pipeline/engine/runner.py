@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..config import Config, EndpointConfig, read_endpoints_file
+from ..config import Config, EndpointConfig, api_key_for, read_endpoints_file
 from ..endpoints.autosize import Autosizer
 from ..endpoints.client import EndpointClient
 from ..endpoints.health import HealthMonitor
 from ..endpoints.pool import Pool
 from ..endpoints.state import DRAINING, EndpointState
+from ..endpoints.transport import proxy_for, shown
 from ..errors import ConfigError, Interrupted, RegenError
 from ..records import BadInput, Prompt
 from ..schema import bad_input_row
@@ -236,12 +237,20 @@ class Runner:
 
     async def _open_endpoint(self, url: str, ep: EndpointConfig) -> EndpointState:
         assert self._stack is not None
+        proxy = proxy_for(url)
+        if proxy:  # followed, as curl and httpx do; said, because a cluster's proxy is rarely meant for its GPUs
+            log.warning(
+                "%s: requests (and preflight) go through the proxy %s, from HTTP_PROXY/HTTPS_PROXY; add the host to "
+                "NO_PROXY to reach it directly",
+                url,
+                shown(proxy),
+            )
         client = EndpointClient(
             url,
             gen=self.cfg.generation,
             client=self.cfg.client,
             concurrency=ep.concurrency,
-            api_key=os.environ.get(ep.api_key_env) if ep.api_key_env else None,
+            api_key=api_key_for(ep.api_key_env, "api_key_env"),
             honor_overrides=self.cfg.input.request_overrides,
         )
         await self._stack.enter_async_context(client)

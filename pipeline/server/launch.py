@@ -23,11 +23,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
 from ..config import Config
-from ..errors import ConfigError, EndpointError, PreflightError
+from ..endpoints.transport import Timeouts, Transport
+from ..errors import ConfigError, EndpointDownError, EndpointError, PreflightError, RequestError
 from . import launch_rules
 from .preflight import preflight_endpoint
 
@@ -248,8 +248,8 @@ async def wait_ready(
     Raises EndpointError at once if the process exits, or after `timeout_s` (the process is then stopped)."""
     started = time.monotonic()
     state = "not started"
-    timeout = httpx.Timeout(30.0, connect=2.0)
-    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=2)) as http:
+    timeouts = Timeouts(connect=2.0, total=30.0)
+    async with Transport(url, headers={}, connect_timeout_s=2.0, limit=2) as http:
         while True:
             code = exit_status(pid)
             if code is not None:
@@ -260,14 +260,14 @@ async def wait_ready(
                     f"last lines of {log_path}:\n{tail}"
                 )
             try:
-                resp = await http.get(f"{url}/health")
-                if resp.status_code == 200:
+                resp = await http.request("GET", "/health", timeouts=timeouts)
+                if resp.status == 200:
                     return time.monotonic() - started
-                state = f"/health {resp.status_code} (warming up)"
-            except httpx.ConnectError:
+                state = f"/health {resp.status} (warming up)"
+            except EndpointDownError:
                 state = "port closed (loading)"
-            except httpx.TransportError as exc:
-                state = f"{type(exc).__name__}"
+            except RequestError as exc:
+                state = str(exc)
             if time.monotonic() - started > timeout_s:
                 stop(pid)
                 raise EndpointError(

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-from ..config import ClientConfig, Config, EndpointConfig
+from ..config import ClientConfig, Config, EndpointConfig, api_key_for
 from ..endpoints.retry import RetryPolicy
 from ..errors import EndpointDownError, FatalEndpointError, RetryableRequestError
 from . import server_args
@@ -227,7 +226,7 @@ async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool =
                     jobs.append(_failed_start(ep, refused))
                     continue
             local = dataclasses.replace(cfg, endpoints=(dataclasses.replace(ep, url=url),))
-            api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+            api_key = api_key_for(ep.api_key_env, "api_key_env")
             jobs.append(preflight_endpoint(url, local, api_key=api_key, probe=probe))
         results = list(await asyncio.gather(*jobs))
     return {"ok": all(r["ok"] for r in results), "endpoints": results}

@@ -16,11 +16,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import httpx
+import orjson
 
 from ..config import Config
 from ..endpoints.retry import RetryPolicy
 from ..endpoints.state import PUSHBACK_STATUSES
+from ..endpoints.transport import Reply
 from ..errors import RequestError, RetryableRequestError
 from . import server_args
 from .control import Control, Sleep
@@ -50,9 +51,10 @@ async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPoli
 
     async def once() -> dict[str, Any]:
         rids.append(f"{PROBE_RID_PREFIX}{uuid.uuid4().hex}")
-        resp = await ctl.request("POST", "/v1/chat/completions", json={**body, "rid": rids[-1]}, timeout=300.0)
-        if resp.status_code >= 500 or resp.status_code in PUSHBACK_STATUSES:
-            raise RetryableRequestError(f"HTTP {resp.status_code}: {resp.text[:200]}", status=resp.status_code)
+        resp = await ctl.request("POST", "/v1/chat/completions", json={**body, "rid": rids[-1]}, timeout_s=300.0)
+        if resp.status >= 500 or resp.status in PUSHBACK_STATUSES:
+            text = resp.body[:200].decode("utf-8", "replace")
+            raise RetryableRequestError(f"HTTP {resp.status}: {text}", status=resp.status)
         return _parse_probe(resp)
 
     failed = refused = empty = 0
@@ -81,14 +83,14 @@ async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPoli
     return {**out, "rid": rids[-1] if rids else None, "attempts": len(rids)}
 
 
-def _parse_probe(resp: httpx.Response) -> dict[str, Any]:
+def _parse_probe(resp: Reply) -> dict[str, Any]:
     try:
-        obj = resp.json()
-    except ValueError:
-        raise RetryableRequestError(f"HTTP {resp.status_code}: invalid JSON in the probe response") from None
-    if resp.status_code != 200 or not isinstance(obj, dict) or not obj.get("choices"):
+        obj = orjson.loads(resp.body)
+    except orjson.JSONDecodeError:
+        raise RetryableRequestError(f"HTTP {resp.status}: invalid JSON in the probe response") from None
+    if resp.status != 200 or not isinstance(obj, dict) or not obj.get("choices"):
         message = obj.get("message") or obj.get("error") if isinstance(obj, dict) else obj
-        return {"error": f"HTTP {resp.status_code}: {str(message)[:300]}", "status": resp.status_code}
+        return {"error": f"HTTP {resp.status}: {str(message)[:300]}", "status": resp.status}
     choice = obj["choices"][0]
     message = choice.get("message") or {}
     meta = choice.get("meta_info") or {}

@@ -114,6 +114,7 @@ class SimConfig:
     fail_503_for_s: float = 1.0  # ... this long (/health stays 200); 0 every = off
     down_after: int | None = None  # after N generation responses, refuse connections for down_for_s, then recover
     down_for_s: float = 5.0
+    close_connections: bool = False  # close every connection right after its response, without saying so
     host: str = "127.0.0.1"
     port: int = 0
     launch_argv: tuple[str, ...] = ()
@@ -303,6 +304,13 @@ def _add_fault_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="after N generation responses, close the port and drop connections for --down-for seconds, then "
         "serve again on the same port (once; /health then follows --warmup again)",
+    )
+    f.add_argument(
+        "--close-connections",
+        action="store_true",
+        default=None,
+        help="close every connection right after its response, without 'Connection: close' (a gateway that drops "
+        "kept-alive connections): a client that reuses one finds it closed",
     )
     f.add_argument(
         "--down-for", type=_seconds, metavar="S", help="seconds the port stays closed after --down-after (default 5)"

@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -142,9 +143,23 @@ async def _sim_reset(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+@web.middleware
+async def _close_after(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """--close-connections: the response, whole, then the connection closed without a word."""
+    resp = await handler(request)
+    if not resp.prepared:
+        await resp.prepare(request)
+    await resp.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return resp
+
+
 def build_app(sim: Sim) -> web.Application:
     # Without an api key there is nothing to check: no middleware on the hot path.
-    middlewares = [_auth] if sim.config.api_key else []
+    middlewares: list[Any] = [_auth] if sim.config.api_key else []
+    if sim.config.close_connections:
+        middlewares.append(_close_after)
     app = web.Application(middlewares=middlewares, client_max_size=1 << 30)
     app[SIM] = sim
     r = app.router

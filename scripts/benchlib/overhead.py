@@ -80,9 +80,10 @@ def bench_overhead(work: Path, requests: int, concurrency: int, tokens: int) -> 
         "cpu_ratio_by_round": [round(r[0] * requests / b[0], 2) for b, r in zip(bases, runs, strict=True)],
         "throughput_ratio_steady": round(rate_ratio, 2),
         "throughput_ratio_end_to_end": round(e2e_ratio, 2),
-        "targets": {
-            "cpu_ratio<=2": cpu_ratio <= 2,
-            "steady_ratio>=0.6": rate_ratio >= 0.6,
+        "targets": {  # issue 24: regen's client on aiohttp, against a bare aiohttp loop in the same run
+            "cpu_ratio<=2.5": cpu_ratio <= 2.5,
+            "steady_ratio>=0.5": rate_ratio >= 0.5,
+            "rss_mb<256": run["rss_mb"] < 256,
             "stream_vs_plain<=3": stream_ratio <= 3,
         },
     }
