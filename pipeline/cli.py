@@ -253,7 +253,7 @@ def _run(args: argparse.Namespace, bar: bool) -> int:
     )
     from .engine.progress import Progress
 
-    with Progress(enabled=bar) as progress:
+    with Progress(enabled=bar, limit=args.limit) as progress:
         summary = run(cfg, options, on_progress=progress.update)
         progress.update(summary.metrics)  # the last frame: 100%, not where the last tick left it
     progress.print_summary(summary.metrics, summary.run_dir, as_log=args.log_format == "json")

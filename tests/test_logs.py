@@ -79,6 +79,35 @@ def test_progress_line_rates_are_over_the_interval(stream: io.StringIO) -> None:
     assert "520/1000 prompts (52.0%) | 2.00 completions/s, 4,000 output tok/s | ETA 4m00s" in last["msg"]
 
 
+def test_bad_input_rows_are_neither_progress_nor_rate(stream: io.StringIO) -> None:
+    """Rows the reader refused were never sent: 150 of them in the first seconds are not 150 completions."""
+    configure("json", stream=stream)
+    now = [100.0]
+    lines = ProgressLog(clock=lambda: now[0])
+    snap = {
+        "total": 283, "already_done": 0, "done": 0, "pending": 283, "output_tokens": 0, "elapsed_s": 1.0,
+        "completions_per_s": 0.0, "rejected_by_reason": {}, "endpoints": {},
+    }  # fmt: skip
+    lines.emit(snap)
+    now[0] += 10
+    lines.emit({**snap, "done": 159, "pending": 124, "output_tokens": 9000, "rejected_by_reason": {"bad_input": 150}})
+    last = orjson.loads(stream.getvalue().splitlines()[-1])
+    assert last["done"] == 9 and last["total"] == 133 and last["refused"] == 150
+    assert last["completions_per_s"] == 0.9
+    assert "9/133 prompts (6.8%), 150 refused (bad_input, never sent) | 0.90 completions/s" in last["msg"]
+
+
+def test_metrics_rates_leave_out_bad_input() -> None:
+    metrics = Metrics(total=10)
+    metrics.tick(now=0.0)
+    for _ in range(8):
+        metrics.record_reject("bad_input")
+    metrics.record_accept(100)
+    metrics.tick(now=1.0)
+    snap = metrics.snapshot()
+    assert snap["recent_completions_per_s"] == 1.0 and snap["done"] == 9
+
+
 def test_two_exporters_in_one_process_serve_their_own_numbers() -> None:
     exporters = [Exporter("127.0.0.1", 0, worker=i) for i in range(2)]
     try:

@@ -159,7 +159,8 @@ class ProgressLog:
 
     def emit(self, snap: dict[str, Any]) -> None:
         now = self.clock()
-        done, tokens = snap["done"], snap["output_tokens"]
+        refused = snap["rejected_by_reason"].get("bad_input", 0)  # never sent: not progress, not in the rates
+        done, tokens = snap["done"] - refused, snap["output_tokens"]
         if self._last is None:
             t0, d0, k0 = now - max(1e-9, snap["elapsed_s"]), 0, 0
         else:
@@ -169,14 +170,15 @@ class ProgressLog:
         rate, tok_rate = (done - d0) / span, (tokens - k0) / span
         overall = snap.get("completions_per_s", 0.0)
         eta = snap["pending"] / (rate or overall) if (rate or overall) else None
-        total, finished = snap["total"], snap["already_done"] + done
+        total, finished = snap["total"] - refused, snap["already_done"] + done
         states = Counter(ep["state"] for ep in snap.get("endpoints", {}).values())
         rejects = dict(sorted(snap["rejected_by_reason"].items()))
         PROGRESS.info(
-            "%d/%d prompts (%.1f%%) | %.2f completions/s, %s output tok/s | ETA %s | rejects %s | endpoints %s",
+            "%d/%d prompts (%.1f%%)%s | %.2f completions/s, %s output tok/s | ETA %s | rejects %s | endpoints %s",
             finished,
             total,
             100.0 * finished / total if total else 100.0,
+            f", {refused} refused (bad_input, never sent)" if refused else "",
             rate,
             f"{tok_rate:,.0f}",
             _duration(eta if snap["pending"] else 0),
@@ -187,6 +189,7 @@ class ProgressLog:
                 "done": finished,
                 "total": total,
                 "pending": snap["pending"],
+                "refused": refused,
                 "completions_per_s": round(rate, 3),
                 "output_tokens_per_s": round(tok_rate, 1),
                 "eta_s": None if eta is None else round(eta),

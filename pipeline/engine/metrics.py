@@ -62,6 +62,11 @@ class Metrics:
     def pending(self) -> int:
         return max(0, self.total - self.already_done - self.done)
 
+    @property
+    def generated(self) -> int:
+        """Finished rows less the bad_input ones (refused by the reader, never sent): what rates count."""
+        return self.done - self.rejected_by_reason["bad_input"]
+
     def record_accept(self, completion_tokens: int | None) -> None:
         self.accepted += 1
         self.output_tokens += completion_tokens or 0
@@ -87,12 +92,12 @@ class Metrics:
 
     def tick(self, now: float | None = None) -> None:
         """Remember a point for the recent-rate window (called about once a second)."""
-        self._window.append((now if now is not None else time.monotonic(), self.done, self.output_tokens))
+        self._window.append((now if now is not None else time.monotonic(), self.generated, self.output_tokens))
 
     def rates(self) -> dict[str, float]:
         now = time.monotonic()
         elapsed = max(1e-9, now - self.started)
-        out = {"completions_per_s": self.done / elapsed, "output_tokens_per_s": self.output_tokens / elapsed}
+        out = {"completions_per_s": self.generated / elapsed, "output_tokens_per_s": self.output_tokens / elapsed}
         if len(self._window) >= 2:
             (t0, d0, k0), (t1, d1, k1) = self._window[0], self._window[-1]
             span = max(1e-9, t1 - t0)

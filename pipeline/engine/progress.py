@@ -17,9 +17,10 @@ class Progress:
     count towards the rate, so a resumed run opens at its real speed, and the last frame is drawn from the final
     snapshot, so a finished run ends at 100%."""
 
-    def __init__(self, *, enabled: bool = True, file: TextIO | None = None):
+    def __init__(self, *, enabled: bool = True, file: TextIO | None = None, limit: int | None = None):
         self.enabled = enabled
         self.file = file
+        self.limit = limit  # --limit: this invocation ends after this many more prompts, and so does the bar
         self.bar: tqdm[Any] | None = None
 
     def __enter__(self) -> Progress:
@@ -32,12 +33,16 @@ class Progress:
     def update(self, snap: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        finished = snap["already_done"] + snap["done"]
+        refused = snap["rejected_by_reason"].get("bad_input", 0)  # never sent: not progress, not in the rate
+        finished = snap["already_done"] + snap["done"] - refused
+        total = snap["total"] - refused
+        if self.limit is not None:
+            total = min(total, snap["already_done"] + self.limit - refused)
         if self.bar is None:
             # Prompts finished before the bar opens (resumed, or done before the first snapshot) are its initial
             # count: tqdm's rate is (n - initial) / elapsed, so they never show as prompts done in no time.
             self.bar = tqdm(
-                total=snap["total"],
+                total=total,
                 initial=finished,
                 unit="prompt",
                 dynamic_ncols=True,
@@ -45,7 +50,8 @@ class Progress:
                 smoothing=0.1,
             )
         rejects = ",".join(f"{k}={v}" for k, v in sorted(snap["rejected_by_reason"].items())) or "0"
-        inflight = " ".join(f"{i}:{e['inflight']}" for i, e in enumerate(snap.get("endpoints", {}).values()))
+        self.bar.total = total
+        inflight = " ".join(f"{_host_port(url)}:{e['inflight']}" for url, e in snap.get("endpoints", {}).items())
         rate = snap.get("recent_output_tokens_per_s", snap["output_tokens_per_s"])
         self.bar.set_postfix_str(f"tok/s={rate:,.0f} rejects={rejects} inflight={inflight}", refresh=False)
         self.bar.update(finished - self.bar.n)  # through update(), so the smoothed rate sees every step
@@ -91,6 +97,11 @@ class Progress:
             lines.append(f"  endpoint {url}: {ep['ok']} ok, {ep['errors']} errors, state {ep['state']}")
         lines.append(f"  shards: {run_dir / 'shards'}  rejects: {run_dir / 'rejects'}")
         print("\n".join(lines), file=sys.stderr)
+
+
+def _host_port(url: str) -> str:
+    """An endpoint as the bar names it: host:port, no scheme."""
+    return url.split("://", 1)[-1].rstrip("/")
 
 
 def prefix_reuse(snap: dict[str, Any]) -> str:

@@ -32,7 +32,7 @@ from ..endpoints.transport import proxy_for, shown
 from ..errors import ConfigError, Interrupted, RegenError
 from ..records import BadInput, Prompt
 from ..schema import bad_input_row
-from ..store import DoneSet, ResumeState, RunStore, id_hashes, owns_many
+from ..store import DoneSet, ResumeState, RunStore, heartbeat, id_hashes, owns_many
 from ..store.durable import output_errors
 from ..store.manifest import begin_run, updating_manifest
 from ..store.remote import output_dir
@@ -46,6 +46,7 @@ from .reader import PromptReader
 from .refusals import check_first_rows, first_row_fields
 
 log = logging.getLogger("regen.run")
+HEARTBEAT_INTERVAL_S = 1.0
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -112,6 +113,8 @@ class Runner:
         self._set_aside: list[dict[str, str]] = []
         self._partial: dict[str, list[dict[str, Any]]] = {}
         self._queue: asyncio.Queue[Prompt | None] | None = None
+        self._started = time.time()
+        self._ended = ""  # how the run ended, for its last heartbeat: finished, interrupted ("" = stopped on an error)
         out = cfg.output
         self.exporter = Exporter(out.metrics_host, out.metrics_port, worker=options.worker_index)
 
@@ -140,6 +143,7 @@ class Runner:
         store, state = await self._open_store([str(p) for p in reader.files()], total=len(hashes))
         self._set_aside = state.set_aside
         self._partial = state.partial
+        heart = asyncio.create_task(self._heartbeats())
         try:
             total, pending = self._count(hashes, state.done)
             del hashes
@@ -163,7 +167,10 @@ class Runner:
                 self._record_preflight(record)
                 interrupted = await self._engine(reader, state.done, store)
         finally:
+            heart.cancel()
             await asyncio.to_thread(store.close)
+            ended = self._ended or "stopped"
+            await asyncio.to_thread(heartbeat.beat, self.run_dir, self.opt.worker_index, self._started, ended)
         summary = self._summary(store, interrupted=interrupted)
         if interrupted:
             raise Interrupted("interrupted after a clean drain; rerun the same command to resume")
@@ -391,6 +398,12 @@ class Runner:
             await asyncio.sleep(self.cfg.output.progress_interval_s)
             lines.emit(self._snapshot())
 
+    async def _heartbeats(self) -> None:
+        """This worker is alive (`regen status` tells a dead run from a slow one): a beat about every second."""
+        while True:
+            await asyncio.to_thread(heartbeat.beat, self.run_dir, self.opt.worker_index, self._started)
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
     async def _return_free_memory(self) -> None:
         while True:
             await asyncio.sleep(TRIM_INTERVAL_S)
@@ -450,6 +463,8 @@ class Runner:
                 k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
             }
         self.exporter.publish(snap, finished=True)
+        self._ended = "interrupted" if interrupted else "finished"
+        heartbeat.beat(self.run_dir, self.opt.worker_index, self._started, self._ended)
         return RunSummary(self.run_dir, snap, snap.get("endpoints", {}), interrupted, self._set_aside)
 
     def _install_signals(self) -> None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..store import heartbeat
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.manifest import manifest_or_empty
 from ..store.scan import duplicates
@@ -55,13 +56,34 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         "in_journal": len(journal),
         "reject_rate": acc.rejected / done if done else 0.0,
     }
-    status.update(_rates(run_dir, acc, now))
+    status["workers"] = workers = _workers(run_dir, now)
+    status["live_workers"] = sum(w["live"] for w in workers)
+    dead = {w["worker"] for w in workers if not w["live"]}
+    status.update(_rates(run_dir, acc, now, dead))
+    if workers and not status["live_workers"]:  # a dead run has no recent rate and no ETA, whatever its rows say
+        status["rates"].update(recent_completions_per_s=0.0, recent_output_tokens_per_s=0.0)
     status["eta_s"] = _eta(status)
     status["endpoints"] = acc.endpoint_table()
     status["damaged"] = [str(d) for d in damaged_parts(run_dir)]
     status["duplicates"] = duplicates(run_dir)
-    _merge_metrics_endpoints(run_dir, status, now)
+    _merge_metrics_endpoints(run_dir, status, now, dead)
     return status
+
+
+def _workers(run_dir: Path, now: float) -> list[dict[str, Any]]:
+    """Each worker's last heartbeat: host, pid, its age and whether the worker is alive (store/heartbeat.py)."""
+    out = []
+    for index, beat in sorted(heartbeat.read_beats(run_dir).items()):
+        live, state = beat.liveness(now)
+        out.append({"worker": index, "host": beat.host, "pid": beat.pid, "heartbeat_age_s": round(now - beat.t, 1),
+                    "live": live, "state": state})  # fmt: skip
+    return out
+
+
+def _worker_of(path: Path) -> int | None:
+    """The worker index of a metrics file `worker-{i}.jsonl`."""
+    tail = path.stem.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else None
 
 
 class _Tally:
@@ -85,8 +107,11 @@ class _Tally:
                 self.reasons[value or "unknown"] += count
         else:
             self.accepted += n
-        self.times.append(_epoch_seconds(batch.column("created_at")))
-        self.tokens.append(batch.column("completion_tokens").fill_null(0).to_numpy(zero_copy_only=False))
+        generated = _generated(reasons, n) if rejected else None  # bad_input rows were never sent: not in rates
+        times = _epoch_seconds(batch.column("created_at"))
+        tokens = batch.column("completion_tokens").fill_null(0).to_numpy(zero_copy_only=False)
+        self.times.append(times if generated is None else times[generated])
+        self.tokens.append(tokens if generated is None else tokens[generated])
         endpoints = batch.column("endpoint").fill_null("")
         latency = batch.column("latency_s").fill_null(np.nan).to_numpy(zero_copy_only=False)
         for value, _ in _value_counts(endpoints):
@@ -126,6 +151,13 @@ class _Tally:
                 **{f"latency_p{q}": float(np.percentile(lat, q)) if lat.size else None for q in (50, 90, 99)},
             }
         return table
+
+
+def _generated(reasons: pa.Array | None, n: int) -> np.ndarray:
+    """A mask of the rejected rows that were generated (every reason but bad_input)."""
+    if reasons is None:
+        return np.ones(n, dtype=bool)
+    return pc.fill_null(pc.not_equal(reasons, "bad_input"), True).to_numpy(zero_copy_only=False)
 
 
 def _value_counts(arr: pa.Array | pa.ChunkedArray) -> Iterable[tuple[Any, int]]:
@@ -177,7 +209,7 @@ def _scan_committed(f: DataFile, journal: dict[str, dict[str, Any]], acc: _Tally
         acc.add_batch(batch, f.rejects, batch.column("reason") if f.rejects else None)
 
 
-def _rates(run_dir: Path, acc: _Tally, now: float) -> dict[str, Any]:
+def _rates(run_dir: Path, acc: _Tally, now: float, dead: set[int]) -> dict[str, Any]:
     times = np.concatenate(acc.times) if acc.times else np.empty(0)
     tokens = np.concatenate(acc.tokens) if acc.tokens else np.empty(0)
     ok = ~np.isnan(times)
@@ -189,17 +221,20 @@ def _rates(run_dir: Path, acc: _Tally, now: float) -> dict[str, Any]:
     rates["output_tokens_per_s"] = float(tokens.sum()) / span if span > 0 else 0.0
     rates["recent_completions_per_s"] = float(recent.sum()) / RECENT_WINDOW_S
     rates["recent_output_tokens_per_s"] = float(tokens[recent].sum()) / RECENT_WINDOW_S
-    recent_metrics = _metrics_rates(run_dir, now)
+    recent_metrics = _metrics_rates(run_dir, now, dead)
     if recent_metrics is not None:
         rates.update(recent_metrics, source="metrics")
     return {"rates": rates, "last_errors": _last_errors(run_dir)}
 
 
-def _metrics_rates(run_dir: Path, now: float) -> dict[str, float] | None:
-    """Recent rates summed over workers whose metrics are fresh; None when no worker reports."""
+def _metrics_rates(run_dir: Path, now: float, dead: set[int]) -> dict[str, float] | None:
+    """Recent rates summed over live workers whose metrics are fresh (bad_input rows, never sent, left out); None
+    when no worker reports."""
     done = tokens = 0.0
     fresh = False
     for path in rundir.metrics_files(run_dir):
+        if _worker_of(path) in dead:
+            continue
         lines = [x for x in rundir.tail_lines(path) if isinstance(x.get("t"), int | float)]
         if not lines or now - lines[-1]["t"] > FRESH_METRICS_S:
             continue
@@ -209,11 +244,16 @@ def _metrics_rates(run_dir: Path, now: float) -> dict[str, float] | None:
         if dt <= 0:
             continue
         fresh = True
-        done += (last.get("done", 0) - first.get("done", 0)) / dt
+        done += (_generated_count(last) - _generated_count(first)) / dt
         tokens += (last.get("output_tokens", 0) - first.get("output_tokens", 0)) / dt
     if not fresh:
         return None
     return {"recent_completions_per_s": done, "recent_output_tokens_per_s": tokens}
+
+
+def _generated_count(line: dict[str, Any]) -> int:
+    """Rows a metrics line counts as finished, less the bad_input ones (refused, never sent)."""
+    return int(line.get("done", 0)) - int((line.get("rejected_by_reason") or {}).get("bad_input", 0))
 
 
 def _last_errors(run_dir: Path, keep: int = 10) -> list[Any]:
@@ -227,9 +267,12 @@ def _last_errors(run_dir: Path, keep: int = 10) -> list[Any]:
     return [err for _, err in errors[-keep:]]
 
 
-def _merge_metrics_endpoints(run_dir: Path, status: dict[str, Any], now: float) -> None:
-    """Add the runner's live gauges (inflight, ok, errors, latency) to each endpoint's row, summed over workers."""
+def _merge_metrics_endpoints(run_dir: Path, status: dict[str, Any], now: float, dead: set[int]) -> None:
+    """Add the runner's live gauges (inflight, ok, errors, latency) to each endpoint's row, summed over workers; a
+    dead worker's in-flight requests are nobody's, so its gauges are left out."""
     for path in rundir.metrics_files(run_dir):
+        if _worker_of(path) in dead:
+            continue
         lines = rundir.tail_lines(path, max_bytes=64 * 1024)
         if not lines:
             continue
@@ -251,4 +294,6 @@ def _eta(status: dict[str, Any]) -> float | None:
     if pending == 0:
         return 0.0
     rate = status["rates"]["recent_completions_per_s"]
+    if status["workers"] and not status["live_workers"]:
+        return None
     return pending / rate if rate > 0 else None

@@ -64,6 +64,7 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for reason, n in status["rejected_by_reason"].items():
         lines.append(f"    {reason:<22} {n:>10,}")
+    lines += _worker_lines(status.get("workers") or [])
     lines.append(
         f"rate: recent {rates['recent_completions_per_s']:.2f}/s {rates['recent_output_tokens_per_s']:,.0f} tok/s; "
         f"overall {rates['completions_per_s']:.2f}/s {rates['output_tokens_per_s']:,.0f} tok/s "
@@ -88,6 +89,19 @@ def format_status(status: dict[str, Any]) -> str:
     if status["last_errors"]:
         lines += ["", "last errors:"] + [f"    {err}" for err in status["last_errors"]]
     return "\n".join(lines + store_problems(status))
+
+
+def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
+    """One line per worker's heartbeat, and "no live worker" when none is alive."""
+    lines = [
+        f"worker {w['worker']}: {w['host']} pid {w['pid']}, heartbeat {_duration(w['heartbeat_age_s'])} ago, "
+        + ("live" if w["live"] else f"not live ({w['state']})")
+        for w in workers
+    ]
+    if workers and not any(w["live"] for w in workers):
+        ended = all(w["state"] in ("finished", "interrupted") for w in workers)
+        lines.append("no live worker" + ("" if ended else ": the run is not running (rerun `regen run` to resume)"))
+    return lines
 
 
 def store_problems(result: dict[str, Any]) -> list[str]:

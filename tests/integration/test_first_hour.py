@@ -6,12 +6,17 @@ The real CLI as a subprocess, the simulator over HTTP on 127.0.0.1, the public d
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
 
 from tests.conftest import ROOT, regen
-from tests.integration.test_run import SIM_FLAGS, write_config
+from tests.integration.test_run import SIM_FLAGS, write_config, write_prompts
 
 DATASETS = ROOT.parent / "shared" / "datasets"
 SHAREGPT = DATASETS / "fastchat_dummy_conversation.json"
@@ -53,3 +58,47 @@ def test_a_large_refused_share_is_a_warning_in_the_summary(tmp_path: Path, sim) 
     result = regen("run", str(write_config(tmp_path, server.url)), "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "warning: 6 of 20 rows (30%) were refused as bad_input and never sent" in result.stderr
+
+
+def _until(check, timeout: float = 60.0):
+    """Poll `check()` until it returns something truthy (the state the test waits for), or fail."""
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, "timed out waiting for the run's state"
+        time.sleep(0.05)
+    return got
+
+
+def test_status_after_a_sigkill_says_no_live_worker(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--decode-rate", "300")  # 16 requests share 300 tok/s: each stays in flight ~16 s
+    write_prompts(tmp_path / "prompts.jsonl")
+    run_dir = tmp_path / "run"
+    cfg = write_config(tmp_path, server.url)
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        live = _until(lambda: (s := _status(run_dir)) and s["live_workers"] == 1 and _inflight(s) and s)
+        (worker,) = live["workers"]
+        assert worker["pid"] == proc.pid and worker["host"] == socket.gethostname() and worker["live"]
+        assert worker["heartbeat_age_s"] < 5
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    status = regen("status", str(run_dir), "--json")
+    assert status.returncode == 0, status.stderr
+    dead = orjson.loads(status.stdout)
+    assert dead["live_workers"] == 0 and dead["eta_s"] is None
+    assert dead["workers"][0]["state"] == f"process {proc.pid} is gone" and not dead["workers"][0]["live"]
+    assert _inflight(dead) == 0 and dead["rates"]["recent_completions_per_s"] == 0
+    text = regen("status", str(run_dir)).stdout
+    assert "no live worker: the run is not running" in text and "ETA unknown" in text
+
+
+def _status(run_dir: Path) -> dict | None:
+    from pipeline.inspection import run_status
+
+    return run_status(run_dir) if (run_dir / "run.json").exists() else None
+
+
+def _inflight(status: dict) -> int:
+    return sum(ep.get("inflight") or 0 for ep in status["endpoints"].values())
