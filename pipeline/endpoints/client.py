@@ -86,6 +86,9 @@ class EndpointClient:
         self._session: Transport | None = None
         self._control: Transport | None = None
         self._aborts: set[asyncio.Task[None]] = set()  # see abort_moved
+        connect, total = client.connect_timeout_s, client.request_timeout_s
+        self._plain = Timeouts(connect=connect, total=total)  # one value each: aiohttp's is built once
+        self._streamed = Timeouts(connect=connect, total=total, stall=client.stall_timeout_s)
 
     async def __aenter__(self) -> EndpointClient:
         # No bound on generation connections: the endpoint pool's capacity bounds them (see the class docstring).
@@ -151,8 +154,7 @@ class EndpointClient:
         return self._completion(parsed, body["seed"], time.monotonic() - started)
 
     async def _once(self, data: bytes) -> dict[str, Any]:
-        timeouts = Timeouts(connect=self.cfg.connect_timeout_s, total=self.cfg.request_timeout_s)
-        reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=timeouts)
+        reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=self._plain)
         _check_status(reply, self.url)
         try:
             obj = orjson.loads(reply.body)
@@ -173,11 +175,8 @@ class EndpointClient:
             raise RetryableRequestError(f"{self.url}: not a chat completion in a 200 response: {exc!r}") from None
 
     async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
-        timeouts = Timeouts(
-            connect=self.cfg.connect_timeout_s, total=self.cfg.request_timeout_s, stall=self.cfg.stall_timeout_s
-        )
         try:
-            reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=timeouts)
+            reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=self._streamed)
         except RetryableRequestError as exc:
             if isinstance(exc.__cause__, aiohttp.SocketTimeoutError | TimeoutError):
                 await self.abort(rid)  # stalled or past its time: the server may still be decoding it
