@@ -153,17 +153,18 @@ def test_an_endpoint_restarted_with_other_args_is_refused_and_with_the_same_args
     port = free_port()
 
     async def scenario() -> None:
-        async with serve(sim_config(port=port, context_length=32768)) as url:
-            async with gated(make_config([url])) as (gate, pool):
-                [ep] = pool.endpoints
+        url = f"http://127.0.0.1:{port}"
+        async with gated(make_config([url])) as (gate, pool):  # the run's clients live across the restarts
+            [ep] = pool.endpoints
+            async with serve(sim_config(port=port, context_length=32768)):
                 await gate.admit_all()
                 assert await gate.verify(ep) is None  # same server, same configuration
-        async with serve(sim_config(port=port, context_length=32768, seed=3)):
-            assert await gate.verify(ep) is None  # restarted as it was: still welcome
-        async with serve(sim_config(port=port, context_length=8192)):
-            why = await gate.verify(ep)
-            assert why is not None and why.startswith("restarted with a different configuration")
-            assert "context_length" in why and "32768" in why and "8192" in why
+            async with serve(sim_config(port=port, context_length=32768, seed=3)):
+                assert await gate.verify(ep) is None  # restarted as it was: still welcome
+            async with serve(sim_config(port=port, context_length=8192)):
+                why = await gate.verify(ep)
+                assert why is not None and why.startswith("restarted with a different configuration")
+                assert "context_length" in why and "32768" in why and "8192" in why
 
     asyncio.run(scenario())
 

@@ -67,7 +67,7 @@ class Gate:
         return {"skipped": False, "endpoints": results}
 
     async def _preflight(self, ep: EndpointState) -> dict[str, Any]:
-        result = await preflight_endpoint(ep.url, self.cfg, api_key=self._key(ep))
+        result = await preflight_endpoint(ep.url, self.cfg, api_key=self._key(ep), transport=ep.client.control)
         self.results[ep.url] = result
         if result["ok"]:
             await self._admitted(ep, result)
@@ -86,7 +86,9 @@ class Gate:
             extra={"event": "endpoint_admitted", "url": ep.url, "capacity": ep.capacity},
         )  # fmt: skip
         try:
-            self.fingerprints[ep.url] = await server_fingerprint(ep.url, self._key(ep), self.cfg.client)
+            self.fingerprints[ep.url] = await server_fingerprint(
+                ep.url, self._key(ep), self.cfg.client, ep.client.control
+            )
         except RegenError:
             pass  # a router has no /server_info of its own; its workers were checked by preflight
 
@@ -105,7 +107,7 @@ class Gate:
         if before is None:
             return None
         try:
-            now = await server_fingerprint(ep.url, self._key(ep), self.cfg.client)
+            now = await server_fingerprint(ep.url, self._key(ep), self.cfg.client, ep.client.control)
         except RegenError:
             return None  # down again: the health monitor deals with it
         changes = fingerprint_changes(before, now)

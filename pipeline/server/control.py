@@ -25,17 +25,19 @@ CONTROL_TIMEOUT_S = 60.0
 
 
 class Control:
-    """Small GETs and one probe POST to one server."""
+    """Small GETs and one probe POST to one server, over `transport` (a run's endpoint lends its control-plane
+    transport: one client per endpoint, not one per check) or a small one of its own."""
 
-    def __init__(self, url: str, client: ClientConfig, api_key: str | None):
+    def __init__(self, url: str, client: ClientConfig, api_key: str | None, transport: Transport | None = None):
         self.url = url.rstrip("/")
         self.connect_timeout_s = client.connect_timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.transport = Transport(self.url, headers=headers, connect_timeout_s=client.connect_timeout_s, limit=4)
+        self.owned = transport is None
+        self.transport = transport or Transport(
+            self.url, headers=headers, connect_timeout_s=client.connect_timeout_s, limit=4
+        )
 
-    async def request(
-        self, method: str, path: str, *, json: Any = None, timeout_s: float = CONTROL_TIMEOUT_S
-    ) -> Reply:
+    async def request(self, method: str, path: str, *, json: Any = None, timeout_s: float = CONTROL_TIMEOUT_S) -> Reply:
         body = None if json is None else orjson.dumps(json)
         extra = None if json is None else {"Content-Type": "application/json"}
         timeouts = Timeouts(connect=self.connect_timeout_s, total=timeout_s)
@@ -51,8 +53,13 @@ class Control:
 
 
 @asynccontextmanager
-async def control_plane(url: str, client: ClientConfig, api_key: str | None) -> AsyncIterator[Control]:
-    ctl = Control(url, client, api_key)
+async def control_plane(
+    url: str, client: ClientConfig, api_key: str | None, transport: Transport | None = None
+) -> AsyncIterator[Control]:
+    ctl = Control(url, client, api_key, transport)
+    if not ctl.owned:
+        yield ctl  # the lender closes it
+        return
     async with ctl.transport:
         yield ctl
 

@@ -19,8 +19,10 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from ..config import ClientConfig, Config, EndpointConfig, api_key_for
+from ..endpoints import failures
 from ..endpoints.retry import RetryPolicy
-from ..errors import EndpointDownError, FatalEndpointError, RetryableRequestError
+from ..endpoints.transport import Transport
+from ..errors import EndpointDownError, RetryableRequestError
 from . import server_args
 from .checks import (
     Expectation,
@@ -159,8 +161,10 @@ async def preflight_endpoint(
     extra_expect: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
     sleep: Sleep = asyncio.sleep,
+    transport: Transport | None = None,
 ) -> dict[str, Any]:
-    """Check one endpoint: {url, ok, reachable, version, checks, info[, workers]}.
+    """Check one endpoint: {url, ok, reachable, version, checks, info[, workers]}. `transport`: the run's
+    control-plane connections to it, when a run checks an endpoint it holds.
 
     `extra_expect` (flag → value, e.g. the launched args) is checked like [expect]; a failure reads
     "you passed X=a, the server runs X=b". Behind sglang-router, each listed worker is checked too.
@@ -168,7 +172,7 @@ async def preflight_endpoint(
     retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
     ep = _endpoint_config(cfg, url)
     expectations = _expectations(cfg, extra_expect)
-    async with control_plane(url, cfg.client, api_key) as ctl:
+    async with control_plane(url, cfg.client, api_key, transport) as ctl:
         got = await _gather(ctl, cfg, probe, retry, sleep)
     checks = judge_reach(got, ep)
     result: dict[str, Any] = {
@@ -247,14 +251,16 @@ async def _failed_start(spec: EndpointConfig, message: str) -> dict[str, Any]:
     return {"url": spec.url, "ok": False, "reachable": False, "version": None, "checks": [check], "info": {}}
 
 
-async def server_fingerprint(url: str, api_key: str | None = None, client: ClientConfig | None = None) -> dict:
+async def server_fingerprint(
+    url: str, api_key: str | None = None, client: ClientConfig | None = None, transport: Transport | None = None
+) -> dict:
     """The subset of /server_info that says "same configuration": compare two with `fingerprint_changes`.
     Raises EndpointDownError (port closed), FatalEndpointError (auth) or RetryableRequestError."""
-    async with control_plane(url, client or ClientConfig(), api_key) as ctl:
+    async with control_plane(url, client or ClientConfig(), api_key, transport) as ctl:
         for path in ("/server_info", "/get_server_info"):
             status, body = await ctl.json(path)
-            if status in (401, 403):
-                raise FatalEndpointError(f"{url}{path}: HTTP {status} (check the endpoint's api_key_env)")
+            if status in (401, 403):  # the one map says what a refused key is
+                failures.raise_for_status(status, b"", f"{url}{path}", retry_after=None, location=None)
             if status == 200 and isinstance(body, dict):
                 fp = {k: body[k] for k in server_args.FINGERPRINT_KEYS if k in body}
                 fp["effective_max_running_requests"] = server_args.effective_concurrency(body)
