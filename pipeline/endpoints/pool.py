@@ -1,7 +1,8 @@
 """The endpoint pool: health state, circuit breaker, least-loaded choice, concurrency and rate limits.
 
 Each endpoint is healthy, degraded (recent failures, still used), down (circuit open: no requests until a
-`/health` probe passes), draining (listed no more; in-flight requests finish) or retired (never again). A worker
+`/health` probe passes), draining (listed no more; in-flight requests finish) or retired (never again); which
+event moves it where is `lifecycle.py`'s table, and the pool says when each happens and what follows. A worker
 asks the pool for a slot; the pool hands freed slots to waiting workers in order, retries before new prompts,
 picking the endpoint with the fewest outstanding requests relative to its capacity.
 
@@ -36,18 +37,9 @@ from collections import deque
 from collections.abc import Callable
 
 from ..errors import EndpointError, RequestError
+from .lifecycle import DOWN, LIVE, Event, next_state
 from .retry import control_interval_s
-from .state import (
-    DEGRADED,
-    DOWN,
-    DRAINING,
-    HEALTHY,
-    LIVE,
-    PUSHBACK_STATUSES,
-    RAMP_START,
-    RETIRED,
-    EndpointState,
-)
+from .state import PUSHBACK_STATUSES, RAMP_START, EndpointState
 
 log = logging.getLogger("regen.endpoints")
 POLL_S = 1.0  # how often a waiting worker re-checks the pool (state changes also wake it at once)
@@ -255,8 +247,7 @@ class Pool:
         ep.consecutive_failures = 0
         ep.cooldown_s = 1.0
         ep.last_ok_at = self.clock()
-        if ep.state == DEGRADED:
-            self._set(ep, HEALTHY)
+        self._move(ep, Event.SUCCEEDED)
         if ep.ramp:
             ep.ramp = 0 if ep.ramp + 1 >= ep.capacity else ep.ramp + 1
         if latency is not None:
@@ -267,9 +258,9 @@ class Pool:
     def _failed(self, ep: EndpointState, why: str) -> None:
         ep.errors += 1
         ep.consecutive_failures += 1
-        if ep.state in LIVE:  # once down or retired, the reason it went stays its last error
+        if next_state(ep.state, Event.FAILED):  # once down or retired, the reason it went stays its last error
             self._error(ep, why)
-            self._set(ep, DEGRADED)
+            self._move(ep, Event.FAILED)
             if ep.consecutive_failures >= self.failure_threshold:
                 self.mark_down(ep, why)
 
@@ -315,10 +306,15 @@ class Pool:
             pass
 
     # -- states --------------------------------------------------------------------------------------------------
-    def _set(self, ep: EndpointState, state: str) -> None:
+    def _move(self, ep: EndpointState, event: Event) -> bool:
+        """Apply `event` to `ep` (`lifecycle.TRANSITIONS`); False when it does not apply there."""
+        state = next_state(ep.state, event)
+        if state is None:
+            return False
         if ep.state != state:
             ep.state, ep.state_since = state, self.clock()
         self._note_liveness()
+        return True
 
     def _error(self, ep: EndpointState, why: str) -> None:
         ep.last_error, ep.last_error_at = why, self.clock()
@@ -340,10 +336,9 @@ class Pool:
         An endpoint already down stays on its schedule and keeps its reason: the requests it had in flight fail
         one by one when it goes, and each of them must not push its next probe further away.
         """
-        if ep.state in (DOWN, DRAINING, RETIRED):
+        if not self._move(ep, Event.WENT_DOWN):
             return
         self._error(ep, why)
-        self._set(ep, DOWN)
         log.warning("%s: down (%s)", ep.url, why, extra={"event": "endpoint_down", "url": ep.url, "why": why})
         ep.ramp = 0
         ep.pushback.end()
@@ -367,8 +362,7 @@ class Pool:
 
     def mark_up(self, ep: EndpointState) -> None:
         """A probe passed: half-open the circuit (degraded; one more failure opens it again), then ramp up."""
-        if ep.state == DOWN:
-            self._set(ep, DEGRADED)
+        if self._move(ep, Event.PROBE_PASSED):
             log.info("%s: up again, back in the pool", ep.url, extra={"event": "endpoint_up", "url": ep.url})
             ep.consecutive_failures = self.failure_threshold - 1
             ep.down_until = 0.0
@@ -392,7 +386,7 @@ class Pool:
 
     def retire(self, ep: EndpointState, why: str) -> None:
         """Never use this endpoint again in this run (its configuration is not the one that was checked)."""
-        self._set(ep, RETIRED)
+        self._move(ep, Event.RETIRED)
         self._error(ep, why)
         log.warning("%s: retired for this run: %s", ep.url, why, extra={"event": "endpoint_retired", "url": ep.url})
         self._wake_pinned()
@@ -404,7 +398,7 @@ class Pool:
 
     def drain(self, ep: EndpointState) -> None:
         """Take no new requests; in-flight ones finish."""
-        self._set(ep, DRAINING)
+        self._move(ep, Event.DRAINED)
         log.info(
             "%s: draining (in-flight requests finish)", ep.url, extra={"event": "endpoint_draining", "url": ep.url}
         )
@@ -412,7 +406,7 @@ class Pool:
 
     def undrain(self, ep: EndpointState) -> None:
         """A drained endpoint was listed again: probe it before use."""
-        self._set(ep, DOWN)
+        self._move(ep, Event.LISTED_AGAIN)
         ep.down_until, ep.cooldown_s = 0.0, 1.0
 
     def pushed_back_within(self, ep: EndpointState, seconds: float) -> bool:

@@ -1,5 +1,5 @@
-"""One endpoint as the pool sees it: its state (healthy, degraded, down, draining, retired), capacity and ramp,
-requests in flight, counters for reports, and its push-back episode. The pool (`pool.py`) decides; this holds."""
+"""One endpoint as the pool sees it: its state (`lifecycle.py`), capacity and ramp, requests in flight, counters for
+reports, and its push-back episode. The pool (`pool.py`) decides; this holds."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 from asyncio_throttle import Throttler
 
 from .client import EndpointClient
+from .lifecycle import DEGRADED, DOWN, DRAINING, HEALTHY, LIVE, RETIRED
 from .retry import Pushback, PushbackPolicy
 
-HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED = "healthy", "degraded", "down", "draining", "retired"
-LIVE = (HEALTHY, DEGRADED)
+__all__ = ["DEGRADED", "DOWN", "DRAINING", "HEALTHY", "LIVE", "PUSHBACK_STATUSES", "RETIRED", "EndpointState"]
 RAMP_START = 4  # a half-open endpoint starts with capacity / RAMP_START slots (at least one)
 # A live server refusing for load: SGLang's scheduler answers 503 when its waiting queue is full
 # (`managers/scheduler.py::_abort_on_queued_limit`); sglang-router answers 429 (queue full) and 408 (queue timeout).
