@@ -202,17 +202,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_dir(path: Path) -> Path:
     """The RUN_DIR of status, inspect, validate, export and merge must be one (exit 2), not a typo read as zeros."""
+    from .store.layout import MANIFEST, MARKS, RunLayout
     from .store.remote import local_copy
 
     path = local_copy(path)  # s3://bucket/run: its local working copy, up to date with the bucket (store/remote.py)
     if not path.exists():
         raise InputError(f"{path}: no such run directory")
-    if not any((path / name).exists() for name in _RUN_DIR_MARKS):
-        raise InputError(f"{path}: not a run directory (no {', no '.join(_RUN_DIR_MARKS)})")
+    if not RunLayout(path).is_run_dir():
+        marks = [MANIFEST] + [f"{name}/" for name in MARKS[1:]]
+        raise InputError(f"{path}: not a run directory (no {', no '.join(marks)})")
     return path
-
-
-_RUN_DIR_MARKS = ("run.json", "shards/", "rejects/", "journal/")
 
 
 def _print_json(data: Any) -> None:

@@ -138,3 +138,22 @@ def test_status_and_inspect_do_not_load_matplotlib_or_datasets(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'import': [], 'status': [], 'inspect': []}"
+
+
+_RUN_DIR_LITERAL = re.compile(
+    r'/ "(shards|rejects|journal|locks|metrics|heartbeats|damaged|run\.json)"|"(shards|rejects|journal)/"'
+)
+
+
+def test_run_directory_names_are_written_only_in_store_layout() -> None:
+    """Every wing names RUN_DIR's files and folders through pipeline/store/layout.py (issue 26, item 6): a path built
+    from a literal (`run_dir / "shards"`) elsewhere is one more place to edit when the layout changes."""
+    found = []
+    for path in sorted((ROOT / "pipeline").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ("pipeline/store/layout.py",) or rel.startswith("pipeline/sim/"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if _RUN_DIR_LITERAL.search(line):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []

@@ -30,6 +30,7 @@ import yaml
 
 from ..errors import OutputError
 from ..store.files import readable_parts
+from ..store.layout import MANIFEST, REJECTS, SHARDS
 from .features import size_category, yaml_features
 from .redact import Hosts, public_config, public_preflight
 
@@ -92,13 +93,13 @@ def run_stats(run_dir: Path) -> dict[str, Any]:
     finish: Counter[str] = Counter()
     lengths: dict[str, list[np.ndarray]] = {"completion_tokens": [], "reasoning_tokens": [], "prompt_tokens": []}
     accepted = 0
-    for batch in _columns(run_dir / "shards", ["finish_reason", *lengths]):
+    for batch in _columns(run_dir / SHARDS, ["finish_reason", *lengths]):
         accepted += batch.num_rows
         finish.update(str(v) for v in batch.column("finish_reason").to_pylist())
         for name, chunks in lengths.items():
             chunks.append(batch.column(name).drop_null().to_numpy(zero_copy_only=False))
     reasons: Counter[str] = Counter()
-    for batch in _columns(run_dir / "rejects", ["reason"]):
+    for batch in _columns(run_dir / REJECTS, ["reason"]):
         reasons.update(str(v) for v in batch.column("reason").to_pylist())
     rejected = sum(reasons.values())
     return {
@@ -391,7 +392,7 @@ def _toml_string(text: str) -> str:
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
     try:
-        data = orjson.loads((run_dir / "run.json").read_bytes())
+        data = orjson.loads((run_dir / MANIFEST).read_bytes())
     except FileNotFoundError:
         return {}
     except (OSError, orjson.JSONDecodeError) as exc:

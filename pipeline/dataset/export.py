@@ -31,6 +31,7 @@ from ..errors import ConfigError, InputError, OutputError
 from ..schema import BASE_FIELDS, REJECT_FIELDS, to_table
 from ..store import id_hash, id_hashes
 from ..store.files import damage_note, readable_parts, refuse_partial
+from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
 from ..store.scan import duplicated_hashes
 from .card import CardOptions, write_card
 from .formats import BatchOutput, Converter, Format
@@ -88,13 +89,13 @@ def export_run(
 
         return export_repaired(run_dir, original=original, out=out, on_reject=on_reject, partial=partial)
     reasoning = _checked_options(format, file_format, rows_per_file, reasoning, expand_turns)
-    if not (run_dir / "shards").is_dir() and not (run_dir / "run.json").is_file():
+    if not (run_dir / SHARDS).is_dir() and not (run_dir / MANIFEST).is_file():
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
     _check_out(run_dir, out)
     file_format = _FIXED_FILE_FORMAT.get(format, file_format)
     style = Style(reasoning, think_open, think_close, tools=_has_tools(run_dir))
     convert = _converter(format, style, expand_turns, tokenizer, chat_template, run_dir)
-    splits = [("train", "shards")] + ([("rejects", "rejects")] if include_rejects else [])
+    splits = [("train", SHARDS)] + ([("rejects", REJECTS)] if include_rejects else [])
     damaged = refuse_partial(run_dir, [kind for _, kind in splits], partial=partial)
     files: list[Path] = []
     counts: dict[str, int] = {}
@@ -102,7 +103,7 @@ def export_run(
     once = _Once(duplicated_hashes(run_dir))
     for split, kind in splits:
         parts = readable_parts(run_dir / kind)
-        schema = convert.schema(_keep_fields(parts), rejects=kind == "rejects")
+        schema = convert.schema(_keep_fields(parts), rejects=kind == REJECTS)
         writer = SplitWriter(out / DATA_DIR, split, file_format, schema, rows_per_file)
         _write_split(writer, convert, parts, once)
         files += writer.files
@@ -117,7 +118,7 @@ def export_run(
         "expand_turns": expand_turns,
         "files": [str(p.relative_to(out)) for p in files],
         "rows": counts["train"],
-        "rejected_rows": counts.get("rejects", 0),
+        "rejected_rows": counts.get(REJECTS, 0),
         "skipped": dict(convert.skipped.most_common()),
         "notes": dict(getattr(convert, "notes", {})),
         "data_files": {split: f"{DATA_DIR}/{split}-*.{file_format}" for split, _ in splits if counts[split]},
@@ -179,7 +180,7 @@ def _converter(
 
 def _generation(run_dir: Path) -> dict[str, Any]:
     try:
-        manifest = orjson.loads((run_dir / "run.json").read_bytes())
+        manifest = orjson.loads((run_dir / MANIFEST).read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return {}
     generation = (manifest.get("config") or {}).get("generation") if isinstance(manifest, dict) else None
@@ -192,14 +193,14 @@ def _check_out(run_dir: Path, out: Path) -> None:
         raise OutputError(f"{out}: an existing file; the export writes a folder (README.md, data/), name a new one")
     target, run = out.resolve(), run_dir.resolve()
     for folder in (target, *target.parents):
-        if folder == run or (folder / "run.json").is_file():
+        if folder == run or (folder / MANIFEST).is_file():
             raise OutputError(f"{out}: inside the run directory {folder}; export to a folder outside it")
 
 
 def _has_tools(run_dir: Path) -> bool:
     """Whether any committed row is a tool conversation (it has tools, or messages that call or answer one): the
     export's messages then carry tool_calls and its rows a `tools` column."""
-    for kind in ("shards", "rejects"):
+    for kind in PART_KINDS:
         for part in readable_parts(run_dir / kind):
             pf = pq.ParquetFile(part)
             names = [n for n in ("tools", "message_extras") if n in pf.schema_arrow.names]

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..store.files import readable_parts
+from ..store.layout import PART_KINDS
 
 PLACEHOLDER_URL = "http://endpoint-{n}.invalid"  # RFC 2606: `.invalid` never resolves, so a reuse fails at preflight
 REDACTED = "<endpoint>"
@@ -84,7 +85,7 @@ def _urls_in(value: Any) -> list[str]:
 def _endpoint_column(run_dir: Path) -> list[str]:
     """Distinct `endpoint` values of every committed row and turn (dictionary-encoded columns: cheap to read)."""
     seen: set[str] = set()
-    for kind in ("shards", "rejects"):
+    for kind in PART_KINDS:
         for path in readable_parts(run_dir / kind):
             names = pq.read_schema(path).names
             columns = [c for c in ("endpoint", "turns") if c in names]

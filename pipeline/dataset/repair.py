@@ -40,6 +40,7 @@ from .. import conversation
 from ..config import Config, config_from_dict
 from ..errors import ConfigError, InputError, OutputError
 from ..store.files import damage_note, readable_parts, refuse_partial
+from ..store.layout import PART_KINDS, REJECTS, SHARDS
 from ..store.manifest import read_manifest
 from .audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
@@ -66,7 +67,7 @@ def export_repaired(
         raise ConfigError(f"{run_dir}: a run with generation.samples > 1 has no single repair per row")
     kinds = resolve(original or cfg.input.path, cfg.input.format)
     _check_out(out, list(kinds), run_dir)
-    damaged = refuse_partial(run_dir, ["shards", "rejects"], partial=partial)
+    damaged = refuse_partial(run_dir, list(PART_KINDS), partial=partial)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(f".*{_TMP}"):
         stale.unlink()
@@ -128,7 +129,7 @@ class _Generated:
 def _accepted(run_dir: Path) -> dict[str, _Generated]:
     """id → what the run generated, from the committed shards (first copy of an id wins)."""
     found: dict[str, _Generated] = {}
-    for part in readable_parts(run_dir / "shards"):
+    for part in readable_parts(run_dir / SHARDS):
         pf = pq.ParquetFile(part)
         names = ("id", "turns", "reasoning", "answer", "input_fingerprint")
         columns = [c for c in names if c in pf.schema_arrow.names]
@@ -143,7 +144,7 @@ def _accepted(run_dir: Path) -> dict[str, _Generated]:
 def _rejected(run_dir: Path) -> dict[str, str]:
     """id → reason of every rejected row."""
     reasons: dict[str, str] = {}
-    for part in readable_parts(run_dir / "rejects"):
+    for part in readable_parts(run_dir / REJECTS):
         table = pq.read_table(part, columns=["id", "reason"])
         for row_id, reason in zip(table.column("id").to_pylist(), table.column("reason").to_pylist(), strict=True):
             reasons.setdefault(row_id, reason or "")

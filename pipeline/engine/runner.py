@@ -34,6 +34,7 @@ from ..records import BadInput, Prompt
 from ..schema import bad_input_row
 from ..store import DoneSet, ResumeState, RunStore, heartbeat, id_hashes, owns_many
 from ..store.durable import output_errors
+from ..store.layout import RunLayout
 from ..store.manifest import begin_run, updating_manifest
 from ..store.remote import output_dir
 from .dispatcher import Dispatcher
@@ -410,9 +411,8 @@ class Runner:
             return_free_memory()
 
     async def _ticker(self) -> None:
-        metrics_dir = self.run_dir / "metrics"
-        metrics_dir.mkdir(exist_ok=True)
-        path = metrics_dir / f"worker-{self.opt.worker_index}.jsonl"
+        path = RunLayout(self.run_dir).metrics_file(self.opt.worker_index)
+        path.parent.mkdir(exist_ok=True)
         last_write = 0.0
         while True:
             await asyncio.sleep(self.opt.progress_interval_s)
@@ -456,8 +456,9 @@ class Runner:
 
     def _summary(self, store: RunStore, *, interrupted: bool) -> RunSummary:
         snap = self._snapshot()
-        (self.run_dir / "metrics").mkdir(exist_ok=True)
-        _append_line(self.run_dir / "metrics" / f"worker-{self.opt.worker_index}.jsonl", orjson.dumps(snap))
+        path = RunLayout(self.run_dir).metrics_file(self.opt.worker_index)
+        path.parent.mkdir(exist_ok=True)
+        _append_line(path, orjson.dumps(snap))
         with updating_manifest(self.run_dir) as manifest:
             manifest.setdefault("counts", {})[f"worker-{self.opt.worker_index}"] = {
                 k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from ..schema import BASE_FIELDS, REJECT_FIELDS
 from ..store.files import visible_files
+from ..store.layout import JOURNAL, METRICS
 
 _BASE_NAMES = {f.name for f in BASE_FIELDS} | {f.name for f in REJECT_FIELDS}
 
@@ -44,7 +45,7 @@ def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 def journal_rows(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Journal entries {"kind", "row"} in file order (worker, then sequence number)."""
-    for path in sorted(visible_files(run_dir / "journal", ".jsonl"), key=_journal_key):
+    for path in sorted(visible_files(run_dir / JOURNAL, ".jsonl"), key=_journal_key):
         for entry in _json_lines(path):
             if entry.get("kind") in ("accepted", "rejected") and isinstance(entry.get("row"), dict):
                 yield entry
@@ -56,7 +57,7 @@ def _journal_key(path: Path) -> tuple[str, int]:
 
 
 def metrics_files(run_dir: Path) -> list[Path]:
-    return visible_files(run_dir / "metrics", ".jsonl")
+    return visible_files(run_dir / METRICS, ".jsonl")
 
 
 def tail_lines(path: Path, max_bytes: int = 256 * 1024) -> list[dict[str, Any]]:

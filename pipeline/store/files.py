@@ -23,10 +23,9 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from .durable import fsync_dir, fsync_file, output_errors, unlink_quiet
+from .layout import REJECTS, SHARDS
 from .partition import id_hashes
 
-SHARDS = "shards"
-REJECTS = "rejects"
 REWRITE_TMP_PREFIX = ".rewrite-"
 # Temp names of rewrites by regen versions before the store owned every rewrite; removed the same way.
 _OLD_REWRITE_TMP_PREFIXES = (".quarantine-", ".merge-")

@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-HEARTBEAT_DIR = "heartbeats"
+from .layout import HEARTBEATS
+
 STALE_S = 15.0  # a beat older than this (about 15 missed beats) is a dead worker on another host
 RUNNING = "running"
 
@@ -45,7 +46,7 @@ class Beat:
 
 
 def path_of(run_dir: Path, worker: int) -> Path:
-    return run_dir / HEARTBEAT_DIR / f"worker-{worker}.json"
+    return run_dir / HEARTBEATS / f"worker-{worker}.json"
 
 
 def beat(run_dir: Path, worker: int, started: float, state: str = RUNNING) -> None:
@@ -62,7 +63,7 @@ def beat(run_dir: Path, worker: int, started: float, state: str = RUNNING) -> No
 def read_beats(run_dir: Path) -> dict[int, Beat]:
     """Every worker's last heartbeat, by worker index (unreadable files are left out)."""
     beats: dict[int, Beat] = {}
-    folder = run_dir / HEARTBEAT_DIR
+    folder = run_dir / HEARTBEATS
     for path in sorted(folder.glob("worker-*.json")) if folder.is_dir() else ():
         try:
             raw: Any = orjson.loads(path.read_bytes())

@@ -21,14 +21,15 @@ import orjson
 
 from ..errors import LockedError
 from .durable import output_errors
+from .layout import LOCKS, RunLayout
 
 
 def worker_lock_path(run_dir: Path, worker: int) -> Path:
-    return run_dir / "locks" / f"worker-{worker}.lock"
+    return RunLayout(run_dir).worker_lock(worker)
 
 
 def rewrite_lock_path(run_dir: Path) -> Path:
-    return run_dir / "locks" / "rewrite.lock"
+    return run_dir / LOCKS / "rewrite.lock"
 
 
 class FileLock:
@@ -144,7 +145,7 @@ def take_worker_lock(
 
 def check_peers(run_dir: Path, worker: int, num_workers: int) -> None:
     """Refuse to run beside a live worker that partitions the ids differently: both would own some ids."""
-    for path in sorted((run_dir / "locks").glob("worker-*.lock")):
+    for path in sorted((run_dir / LOCKS).glob("worker-*.lock")):
         lock = FileLock(path)
         if path == worker_lock_path(run_dir, worker) or lock.is_free():
             continue
@@ -160,7 +161,7 @@ def check_peers(run_dir: Path, worker: int, num_workers: int) -> None:
 
 def rewrite_lock(run_dir: Path) -> FileLock:
     """The lock every rewriter of committed files holds (recovery's settling, merge, quarantine); blocking."""
-    (run_dir / "locks").mkdir(parents=True, exist_ok=True)
+    (run_dir / LOCKS).mkdir(parents=True, exist_ok=True)
     return FileLock(rewrite_lock_path(run_dir))
 
 
@@ -170,7 +171,7 @@ def whole_run(run_dir: Path, what: str) -> Iterator[None]:
 
     LockedError names the holder. `what` says what the caller is about to do, for that message.
     """
-    locks = run_dir / "locks"
+    locks = run_dir / LOCKS
     with ExitStack() as stack:
         held: set[Path] = set()
         stack.enter_context(_taken(FileLock(rewrite_lock_path(run_dir)), what))

@@ -23,10 +23,9 @@ from ..config import Config, ValidateConfig
 from ..errors import ConfigDriftError, OutputError
 from ..schema import SCHEMA_VERSION
 from .durable import output_errors
+from .layout import LOCKS, MANIFEST
 from .locks import FileLock
 from .remote import remote_of
-
-MANIFEST = "run.json"
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any] | None:
@@ -70,11 +69,11 @@ def record_set_aside(run_dir: Path, moves: list[dict[str, str]]) -> None:
 def updating_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
     """run.json as a dict to change in place ({} when there is none yet), written back on a clean exit; one process
     at a time, so concurrent workers never overwrite each other's entries. Nothing is written if the body raises."""
-    locks = run_dir / "locks"
+    locks = run_dir / LOCKS
     with output_errors(locks, "create the lock directory"):
         locks.mkdir(parents=True, exist_ok=True)
     lock = FileLock(locks / "run-json.lock")
-    lock.acquire(blocking=True, role="run.json")
+    lock.acquire(blocking=True, role=MANIFEST)
     try:
         current = read_manifest(run_dir) or {}
         yield current

@@ -38,6 +38,7 @@ from .files import (
     readable_parts,
     remove_rewrite_tmp_files,
 )
+from .layout import JOURNAL, REJECTS, SHARDS
 from .locks import whole_run
 from .remote import bucket_transaction
 
@@ -56,9 +57,9 @@ def merge_run(
     """
     if target_rows < 1:
         raise ConfigError(f"--target-rows must be at least 1, got {target_rows}")
-    if not (run_dir / "shards").is_dir():
+    if not (run_dir / SHARDS).is_dir():
         raise InputError(f"{run_dir}: not a run directory (no shards/)")
-    folders = [run_dir / "shards"] + ([run_dir / "rejects"] if rejects else [])
+    folders = [run_dir / SHARDS] + ([run_dir / REJECTS] if rejects else [])
     with exclusive(run_dir):
         recovered = finish_interrupted_merge(run_dir)
         before = [p for f in folders for p in readable_parts(f)]
@@ -85,7 +86,7 @@ def merge_run(
 def exclusive(run_dir: Path) -> Iterator[None]:
     """Hold every worker lock and the rewrite lock, and check no journal holds uncommitted rows."""
     with whole_run(run_dir, "merge"), bucket_transaction(run_dir, "merge"):
-        pending = _pending_journals(run_dir / "journal")
+        pending = _pending_journals(run_dir / JOURNAL)
         if pending:
             raise OutputError(
                 f"{run_dir}: journals hold rows not yet committed ({', '.join(p.name for p in pending[:3])}); "

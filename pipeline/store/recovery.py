@@ -48,14 +48,13 @@ from .files import (
 )
 from .index import CommittedIndex
 from .journal import ACCEPTED, KINDS, TURN, JournalFile, read_journal
+from .layout import DAMAGED  # committed files that could not be read, set aside by `regen run`
 from .locks import rewrite_lock
 from .manifest import record_set_aside
 from .partition import id_hash, id_hashes
 from .shards import PartWriter, unstorable_reject
 
 log = logging.getLogger(__name__)
-
-DAMAGED = "damaged"  # RUN_DIR/damaged/: committed files that could not be read, set aside by `regen run`
 
 
 def recover_journal(

@@ -41,6 +41,7 @@ from ..errors import InputError, LockedError
 from . import commitlog, lease
 from .durable import fsync_dir, output_errors, unlink_quiet
 from .files import REJECTS, SHARDS, committed_parts
+from .layout import LOCKS, MANIFEST
 from .locks import FileLock
 from .objects import Objects, Uri, objects_for, parse_uri, uri_text
 
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 MARKER = "remote.json"  # in the working copy: {"uri", "remote_sync_s", "lease_s"}; no credential, ever
 STATE = ".remote-state.json"
-MANIFEST = "run.json"
 ORPHAN_AGE_S = 3600.0  # an upload uncommitted this long belongs to no live commit (they take seconds)
 _PULL_TMP = ".pull-"
 _PART_NAME = re.compile(r"^part-w(\d+)-")
@@ -280,11 +280,11 @@ class RemoteRun:
             log.warning("%s: could not delete replaced objects: %s", self.uri, exc, extra={"event": "orphans"})
 
     def _turn(self) -> FileLock:
-        (self.copy / "locks").mkdir(parents=True, exist_ok=True)
+        (self.copy / LOCKS).mkdir(parents=True, exist_ok=True)
         for kind in (SHARDS, REJECTS):
             folder = self.copy / kind
             folder.mkdir(parents=True, exist_ok=True)
-        return FileLock(self.copy / "locks" / "remote.lock")
+        return FileLock(self.copy / LOCKS / "remote.lock")
 
     def _state(self) -> dict[str, Any]:
         try:

@@ -37,15 +37,13 @@ from .durable import fsync_dir, output_errors
 from .files import REJECTS, SHARDS
 from .index import CommittedIndex
 from .journal import ACCEPTED, REJECTED, TURN, JournalWriter, encode, list_journals, read_journal, read_turns, turn_line
+from .layout import JOURNAL, LOCKS
 from .lease import Lease
 from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hash, id_hashes, owns, owns_many
 from .recovery import recover_journal, remove_ids, set_aside, settle
 from .remote import RemoteRun, remote_of
 from .shards import PartWriter, part_seqs, remove_tmp_files, tmp_workers, unstorable_reject
-
-JOURNAL = "journal"
-LOCKS = "locks"
 
 
 @dataclass(frozen=True, slots=True)

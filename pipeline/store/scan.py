@@ -17,6 +17,7 @@ from .doneset import DoneSet
 from .files import REJECTS, SHARDS, read_ids
 from .index import CommittedIndex
 from .journal import JournalEntry, list_journals, read_journal
+from .layout import JOURNAL
 from .partition import id_hash
 
 
@@ -30,7 +31,7 @@ def committed_ids(run_dir: Path) -> tuple[DoneSet, DoneSet]:
 
 def iter_journal_rows(run_dir: Path) -> Iterator[JournalEntry]:
     """Every readable entry of every journal (any worker), oldest seq first per worker."""
-    for journal in list_journals(Path(run_dir) / "journal"):
+    for journal in list_journals(Path(run_dir) / JOURNAL):
         yield from read_journal(journal.path)
 
 
