@@ -127,6 +127,8 @@ class EndpointClient:
     def payload(self, prompt: Prompt, attempt: int, rid: str) -> dict[str, Any]:
         body = dict(self._base)
         body["messages"] = prompt.messages
+        if prompt.tools:  # the row's tools, with every turn of it (a tool conversation's context)
+            body["tools"] = prompt.tools
         seed_base = self.gen.seed
         overrides = prompt.extra.get("_request_overrides") if self.honor_overrides else None
         if overrides:
@@ -168,6 +170,7 @@ class EndpointClient:
                 "content": message.get("content") or "",
                 "reasoning": message.get("reasoning_content"),
                 "finish_reason": choice.get("finish_reason") or "",
+                "tool_calls": message.get("tool_calls") or [],
                 "usage": obj.get("usage") or {},
                 "model": obj.get("model") or "",
             }
@@ -250,6 +253,7 @@ class EndpointClient:
             latency_s=latency,
             seed=seed,
             spec_accept_length=parsed.get("spec_accept_length"),
+            tool_calls=tuple(parsed.get("tool_calls") or ()),
         )
 
     async def check_health(self, timeout_s: float = 10.0) -> None:

@@ -85,6 +85,8 @@ def _take_text_events(body: bytes, deltas: Deltas) -> bytes:
         return body
     deltas.content += [t for d in taken if (t := d.get("content"))]
     deltas.reasoning += [t for d in taken if (t := d.get("reasoning_content"))]
+    for piece in (piece for d in taken if "tool_calls" in d for piece in d["tool_calls"] or ()):
+        deltas.add_call(piece)
     if not deltas.model and isinstance(event.get("model"), str):
         deltas.model = event["model"]
     return prefix + parts[-1]
@@ -145,12 +147,13 @@ def _parse(payloads: list[bytes]) -> list[dict[str, Any]]:
 class Deltas:
     """The pieces of one streamed completion, taken from its parsed events in order."""
 
-    __slots__ = ("content", "finish_reason", "model", "reasoning", "usage")
+    __slots__ = ("content", "finish_reason", "model", "reasoning", "tool_calls", "usage")
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.finish_reason = ""
+        self.tool_calls: dict[int, dict[str, Any]] = {}  # index -> the call its pieces add up to
         self.usage: dict[str, Any] = {}
         self.model = ""
 
@@ -179,6 +182,19 @@ class Deltas:
                     self.reasoning.append(thought)
                 if finish:
                     self.finish_reason = finish
+                for piece in delta.get("tool_calls") or ():
+                    self.add_call(piece)
+
+    def add_call(self, piece: dict[str, Any]) -> None:
+        """One `delta.tool_calls` entry: a call's id, name and first arguments, or more of its arguments."""
+        call = self.tool_calls.setdefault(piece.get("index") or 0, {"type": "function", "function": {}})
+        if piece.get("id"):
+            call["id"] = piece["id"]
+        function = piece.get("function") or {}
+        if function.get("name"):
+            call["function"]["name"] = function["name"]
+        arguments = call["function"].get("arguments", "") + (function.get("arguments") or "")
+        call["function"]["arguments"] = arguments
 
     def result(self) -> dict[str, Any]:
         return {
@@ -187,4 +203,5 @@ class Deltas:
             "finish_reason": self.finish_reason,
             "usage": self.usage,
             "model": self.model,
+            **({"tool_calls": [self.tool_calls[i] for i in sorted(self.tool_calls)]} if self.tool_calls else {}),
         }

@@ -105,6 +105,8 @@ async def _handle(request: web.Request, route: str) -> web.StreamResponse:
         return await _finish_response(sim, request, response)
     key = text.prompt_key(req.messages)
     attempt = sim.stats.received(key, req.rid)
+    if req.tools:
+        sim.stats.with_tools[key] += 1
     rid = p.new_id(req)
     sim.stats.in_flight += 1
     registered = False

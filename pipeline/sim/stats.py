@@ -32,6 +32,7 @@ class Stats:
         self.generations_by_rid: Counter[str] = Counter()
         self.log: dict[str, list[tuple[str | None, float]]] = {}  # prompt key → (rid, wall time) of each generation
         self.attempts: Counter[str] = Counter()  # prompt key → requests received (drives fault draws)
+        self.with_tools: Counter[str] = Counter()  # prompt key → requests received with a `tools` list
         self.cancelled = 0  # decodes stopped early: client gone or /abort_request
         self.faults: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()  # status → count of error responses the protocol itself gave
@@ -79,6 +80,7 @@ class Stats:
             "probes": {"requests": self.probe_requests, "generations": self.probe_generations},
             "cancelled": self.cancelled,
             "faults": dict(self.faults),
+            "with_tools": dict(self.with_tools),
             "errors": dict(self.errors),
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
