@@ -138,6 +138,12 @@ def _args_audit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _args_init(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", help="dataset file, folder or glob (its first rows are read)")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL", help="the servers (asked what they serve)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the config here (default: stdout)")
+
+
 def _args_merge(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--target-rows", type=int, default=10_000, metavar="N")
@@ -154,6 +160,7 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] =
     ("export", "training data in the shape a trainer reads (chat, specforge, TRL, tokenized) + card", _args_export),
     ("audit", "measure an existing dataset's assistant turns with the run's validators", _args_audit),
     ("merge", "combine small shards into shards of a target size", _args_merge),
+    ("init", "write a commented config for a dataset and its servers, every line to check marked", _args_init),
 ]
 
 
@@ -418,6 +425,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from .engine.init_config import MARK, init_config
+
+    if args.out is not None and args.out.exists():
+        raise InputError(f"{args.out} exists; remove it or choose another --out")
+    result = init_config(args.dataset, args.endpoint)
+    for note in result.notes:
+        _say(f"note: {note}")
+    if args.out is None:
+        sys.stdout.write(result.text)
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(result.text)
+    checks = sum(MARK in line for line in result.text.splitlines())
+    _say(f"wrote {args.out}: read the {checks} lines marked '{MARK}', then: regen run {args.out} --limit 20")
+    return 0
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from .sim import config_from_args, run_forever
 
@@ -435,5 +460,6 @@ COMMANDS = {
     "export": cmd_export,
     "audit": cmd_audit,
     "merge": cmd_merge,
+    "init": cmd_init,
     "sim": cmd_sim,
 }

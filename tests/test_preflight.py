@@ -211,6 +211,17 @@ def test_port_closed_is_reported_as_still_loading() -> None:
     assert check["actual"] == "port closed" and "still loading" in check["hint"]
 
 
+def test_an_endpoint_that_cannot_be_reached_is_down_not_drift() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    urls = [f"http://127.0.0.1:{port}", "http://regen-no-such-host.invalid:30000"]
+    result = asyncio.run(preflight(_cfg(), urls=urls))
+    text = format_preflight(result)
+    assert not result["ok"] and "DRIFT" not in text and "differ from the config" not in text
+    assert "DOWN" in text and text.endswith(f"2 of 2 endpoints cannot be reached ({', '.join(urls)})")
+
+
 def test_refused_auth_is_not_a_closed_port() -> None:
     argv = [*GOOD, "--api-key", "sekret"]
     report = _with_sim(argv, lambda url: preflight_endpoint(url, _cfg(), api_key="wrong"))

@@ -22,8 +22,8 @@ import orjson
 import pytest
 
 from pipeline.config import ClientConfig, Config, EndpointConfig, GenerationConfig, InputConfig, OutputConfig
-from pipeline.engine.runner import Runner, RunOptions
-from pipeline.errors import Interrupted
+from pipeline.engine.runner import Runner, RunOptions, worker_from_env
+from pipeline.errors import ConfigError, Interrupted
 from pipeline.sim import SimConfig, serve
 from tests.conftest import committed_ids
 
@@ -170,3 +170,32 @@ def test_an_endpoint_down_at_start_joins_the_run_once_it_comes_up(tmp_path: Path
 
     asyncio.run(scenario())
     assert sorted(stored(tmp_path / "run")) == ids
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, (0, 1)),
+        ({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "2"}, (3, 4)),
+        ({"JOB_COMPLETION_INDEX": "3", "REGEN_NUM_WORKERS": "4"}, (3, 4)),
+        ({"JOB_COMPLETION_INDEX": "0", "REGEN_NUM_WORKERS": "1"}, (0, 1)),
+    ],
+    ids=["alone", "slurm-array", "k8s-indexed-job", "k8s-one"],
+)
+def test_the_worker_index_defaults_from_slurm_or_kubernetes(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: tuple[int, int]
+) -> None:
+    for name in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "JOB_COMPLETION_INDEX",
+                 "REGEN_NUM_WORKERS"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert worker_from_env(None, None) == expected
+
+
+def test_an_indexed_job_without_a_worker_count_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REGEN_NUM_WORKERS", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "2")
+    with pytest.raises(ConfigError, match="set REGEN_NUM_WORKERS"):
+        worker_from_env(None, None)

@@ -9,12 +9,15 @@ cannot read). Nothing here decides; it counts.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from .. import conversation
 from .audit import AuditOptions, audit_row
@@ -85,6 +88,9 @@ def sniff(path: str, rows: int = SNIFF_ROWS, *, thinking: bool = True) -> Shape:
         _tally_row(shape, row)
         if id_field and isinstance(row.get(id_field), str | int):
             shape.ids[str(row[id_field])] += 1
+        elif not id_field and (found := conversation.find_conversation(row, "auto")) is not None:
+            raw = orjson.dumps(found[1], option=orjson.OPT_SORT_KEYS)
+            shape.ids[hashlib.blake2b(raw, digest_size=16).hexdigest()] += 1  # the repeats of a content id
         verdict = audit_row(row, opts)
         if verdict.bad:
             shape.unreadable[verdict.bad] += 1

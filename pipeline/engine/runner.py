@@ -83,16 +83,36 @@ class RunSummary:
 
 
 def worker_from_env(index: int | None, count: int | None) -> tuple[int, int]:
-    """--worker-index/--num-workers, defaulting from a Slurm job array."""
-    if index is None:
-        index = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0") or 0)
-        if count is None and "SLURM_ARRAY_TASK_COUNT" in os.environ:
-            count = int(os.environ["SLURM_ARRAY_TASK_COUNT"])
-            index -= int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0") or 0)
+    """--worker-index/--num-workers, defaulting from a Slurm job array or a Kubernetes Indexed Job.
+
+    An Indexed Job sets `JOB_COMPLETION_INDEX` but not its `completions`: `REGEN_NUM_WORKERS` gives the count."""
+    env = os.environ
+    if count is None and env.get("REGEN_NUM_WORKERS"):
+        count = _env_int("REGEN_NUM_WORKERS")
+    if index is None and "SLURM_ARRAY_TASK_ID" in env:
+        index = _env_int("SLURM_ARRAY_TASK_ID")
+        if count is None and "SLURM_ARRAY_TASK_COUNT" in env:
+            count = _env_int("SLURM_ARRAY_TASK_COUNT")
+            index -= _env_int("SLURM_ARRAY_TASK_MIN") if env.get("SLURM_ARRAY_TASK_MIN") else 0
+    elif index is None and "JOB_COMPLETION_INDEX" in env:
+        index = _env_int("JOB_COMPLETION_INDEX")
+        if count is None:
+            raise ConfigError(
+                f"JOB_COMPLETION_INDEX={index} (a Kubernetes Indexed Job) but no worker count: set REGEN_NUM_WORKERS "
+                "(or --num-workers) to the Job's completions"
+            )
+    index = index or 0
     count = count or 1
     if not 0 <= index < count:
         raise ConfigError(f"--worker-index {index} must be in [0, {count}) for --num-workers {count}")
     return index, count
+
+
+def _env_int(name: str) -> int:
+    try:
+        return int(os.environ[name])
+    except ValueError:
+        raise ConfigError(f"${name} must be an integer, got {os.environ[name]!r}") from None
 
 
 def run(cfg: Config, options: RunOptions = RunOptions(), on_progress: ProgressFn | None = None) -> RunSummary:

@@ -320,7 +320,8 @@ def format_preflight(result: Mapping[str, Any]) -> str:
         )
         rows = [("check", "expected", "actual", "verdict", "hint")]
         for c in ep["checks"]:
-            verdict = "DRIFT" if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
+            failed = "DRIFT" if ep.get("reachable", True) else "DOWN"  # a server not reached said nothing to differ
+            verdict = failed if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
             name = c["name"] if c["key"] in (None, c["name"]) else f"{c['name']} [{c['key']}]"
             if c.get("worker"):
                 name = f"{c['worker']}: {name}"
@@ -328,8 +329,20 @@ def format_preflight(result: Mapping[str, Any]) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
         blocks.append("\n".join([head, *[line.rstrip() for line in lines]]))
-    verdict = "preflight passed" if result.get("ok") else "preflight FAILED: the servers differ from the config"
-    return "\n\n".join([*blocks, verdict])
+    return "\n\n".join([*blocks, _verdict(result)])
+
+
+def _verdict(result: Mapping[str, Any]) -> str:
+    """The last line: passed, the servers differ from the config, or some cannot be reached (not drift)."""
+    if result.get("ok"):
+        return "preflight passed"
+    eps = result.get("endpoints", [])
+    down = [ep["url"] for ep in eps if not ep.get("reachable", True)]
+    drift = [ep for ep in eps if not ep["ok"] and ep.get("reachable", True)]
+    parts = ["the servers differ from the config"] if drift else []
+    if down:
+        parts.append(f"{len(down)} of {len(eps)} endpoints cannot be reached ({', '.join(down[:4])})")
+    return "preflight FAILED: " + ("; ".join(parts) or "the servers differ from the config")
 
 
 def show(value: Any) -> str:

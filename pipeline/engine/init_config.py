@@ -1,0 +1,186 @@
+"""`regen init DATASET [--endpoint URL]...`: a commented config, written from the dataset's first rows and what the
+endpoints report, that runs as written.
+
+The dataset's shape comes from `dataset/sniff.py` (the audit's own rules on the first 1,000 rows): which field
+holds the conversation, the id field, repeated ids, content parts, tools, images, and how many rows have assistant
+turns the audit fails (then only those are selected: the repair job). Each endpoint is asked what it serves (a
+preflight without the probe): the model name and the server arguments `[expect]` pins. Every line a user must
+read before a real run ends in `# CHECK: ...` saying what to check; the shipped configs mark theirs the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..config import EndpointConfig, config_from_dict
+from ..dataset.sniff import SNIFF_ROWS, Shape, sniff
+from ..server.preflight import preflight
+
+MARK = "# CHECK:"
+DEFAULT_URL = "http://127.0.0.1:30000"
+EXPECT_KEYS = ("reasoning_parser", "speculative_algorithm", "tool_call_parser")
+
+
+@dataclass
+class InitResult:
+    text: str  # the config file's text
+    shape: Shape
+    notes: list[str] = field(default_factory=list)  # what the user should know (also in the file's head)
+
+
+def init_config(dataset: str, endpoints: list[str], *, rows: int = SNIFF_ROWS) -> InitResult:
+    """The config for `dataset` against `endpoints` (none: a local server's default URL, marked)."""
+    shape = sniff(dataset, rows)
+    served = asyncio.run(_served(endpoints)) if endpoints else {}
+    notes = _notes(shape, served, endpoints)
+    return InitResult(_render(dataset, shape, endpoints, served, notes), shape, notes)
+
+
+async def _served(urls: list[str]) -> dict[str, Any]:
+    """What the first reachable endpoint reports: {model, expect: {key: value}, url}, or {error}."""
+    cfg = config_from_dict({"endpoints": [{"url": u} for u in urls]})
+    result = await preflight(cfg, urls=urls, probe=False)
+    for ep in result["endpoints"]:
+        info = ep.get("info") or {}
+        if ep.get("reachable") and info.get("served_models"):
+            expect = {k: info[k] for k in EXPECT_KEYS if info.get(k)}
+            return {"model": info["served_models"][0], "expect": expect, "url": ep["url"]}
+    first = result["endpoints"][0] if result["endpoints"] else {}
+    checks = "; ".join(f"{c['name']}: {c['actual']}" for c in first.get("checks", []) if not c.get("ok"))
+    return {"error": checks or "no endpoint answered"}
+
+
+def _notes(shape: Shape, served: dict[str, Any], endpoints: list[str]) -> list[str]:
+    notes = []
+    if shape.unreadable:
+        reason, n = shape.unreadable.most_common(1)[0]
+        notes.append(f"{sum(shape.unreadable.values())} of {shape.rows} rows cannot be read ({n}: {reason})")
+    if shape.image_rows:
+        notes.append(f"{shape.image_rows} rows carry images: regen sends text only, so they are refused (bad_input)")
+    if shape.duplicate_ids:
+        notes.append(f"{shape.duplicate_ids} repeated ids in the first rows: dedupe keeps the first of each")
+    if served.get("error"):
+        notes.append(f"the endpoints did not say what they serve ({served['error']}): model and [expect] are guesses")
+    if not endpoints:
+        notes.append(f"no --endpoint given: the endpoint is {DEFAULT_URL}")
+    return notes
+
+
+def _render(dataset: str, shape: Shape, endpoints: list[str], served: dict[str, Any], notes: list[str]) -> str:
+    today = datetime.date.today().isoformat()
+    head = [
+        f"# Written by `regen init` on {today} from the first {shape.rows} rows of {dataset}.",
+        f"# Lines ending in `{MARK} ...` are the ones to read before a real run; the rest suit most jobs",
+        "# (every key: README.md, Configuration). Try it: regen run THIS_FILE --limit 20",
+        f"# Found: {_found(shape)}",
+        *(f"# Note: {n}" for n in notes),
+    ]
+    sections = [_input(dataset, shape), _output(dataset), _generation(shape, served), _endpoints(endpoints)]
+    if served.get("expect"):
+        sections.append(_expect(served["expect"]))
+    return "\n".join(head) + "\n\n" + "\n\n".join(sections) + "\n"
+
+
+def _found(shape: Shape) -> str:
+    where = shape.conversation_field
+    conv = f"conversation in `{where}`" if where else f"no conversation field (a plain `{shape.prompt_field}`)"
+    roles = ", ".join(f"{r} {n}" for r, n in shape.roles.most_common(6))
+    parts = ", ".join(f"{t} {n}" for t, n in shape.part_types.most_common(4))
+    bits = [conv, f"roles: {roles}" if roles else "", f"content parts: {parts}" if parts else ""]
+    bits.append("a tools column" if shape.fields["tools"] else "")
+    bits.append(f"ids in `{shape.id_field}`" if shape.id_field else "no id field (ids: a hash of each conversation)")
+    failing = ", ".join(f"{r} {n}" for r, n in shape.by_reason.most_common(4))
+    bits.append(f"{shape.failing_rows} rows with assistant turns the audit fails ({failing})" if failing else "")
+    return "; ".join(b for b in bits if b)
+
+
+def _line(key: str, value: Any, check: str = "") -> str:
+    text = f"{key} = {_toml(value)}"
+    return f"{text:<40} {MARK} {check}" if check else text
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return orjson.dumps(value).decode() if isinstance(value, str) else str(value)
+
+
+def _input(dataset: str, shape: Shape) -> str:
+    others = sorted(f for f in shape.fields if f not in {shape.id_field, shape.conversation_field, "tools"})
+    lines = ["[input]", _line("path", dataset, 'the whole dataset (a glob for many files: "/data/*.parquet")')]
+    if shape.id_field:
+        lines.append(_line("id_field", shape.id_field, "each row's id, unique across the dataset"))
+    else:
+        lines.append(_line("id_field", "id", "absent in the rows: each id is a hash of the row's conversation"))
+    if shape.conversation_field:
+        lines.append(_line("messages_field", "auto"))
+    else:
+        lines.append(_line("prompt_field", shape.prompt_field or "prompt", "the column holding each prompt"))
+    check = (f"columns copied into output rows; this dataset has {', '.join(others)}" if others else
+             "columns copied into output rows") + "; a name the rows lack is null in every row"  # fmt: skip
+    lines.append(_line("keep_fields", [], check))
+    if shape.duplicate_ids or not shape.id_field:
+        lines.append(_line("dedupe", True, "a repeated id (an identical conversation) is generated once"))
+    unreadable = sum(shape.unreadable.values())
+    if unreadable and unreadable < shape.rows:
+        reason = shape.unreadable.most_common(1)[0][0]
+        lines.append(_line("max_bad_share", 1, f"{unreadable} of the first {shape.rows} rows cannot be read ({reason}"
+                                               "): they go to rejects as bad_input and the rest are sent"))  # fmt: skip
+    broken = shape.failing_rows and set(shape.by_reason) != {"empty_reasoning"}
+    if broken:
+        check = (
+            f'only rows the audit fails ({shape.failing_rows} of the first {shape.rows}) are sent; "all" = every row'
+        )
+        lines.append(_line("select", "invalid", check))
+    elif shape.failing_rows:
+        lines.append("# The rows store no reasoning at all: every row is regenerated (a thinking-mode dataset).")
+    return "\n".join(lines)
+
+
+def _output(dataset: str) -> str:
+    stem = Path(dataset.rstrip("/")).name.split(".")[0] or "run"
+    return "\n".join(["[output]", _line("dir", f"runs/{stem}", "the RUN_DIR, on a filesystem every worker sees")])
+
+
+def _generation(shape: Shape, served: dict[str, Any]) -> str:
+    model = served.get("model") or "default"
+    check = "the served model name" + ("" if served.get("model") else " (--served-model-name of the server)")
+    return "\n".join(
+        [
+            "[generation]",
+            _line("model", model, check),
+            _line("thinking", True, "thinking mode (chat_template_kwargs.enable_thinking)"),
+            _line("max_tokens", 32768, "the longest completion; a longer one is rejected as truncated"),
+        ]
+    )
+
+
+def _endpoints(urls: list[str]) -> str:
+    blocks = []
+    for url in urls or [DEFAULT_URL]:
+        check = 'a server started with --api-key needs it set; "" for a server without a key'
+        blocks.append(
+            "\n".join(
+                [
+                    "[[endpoints]]",
+                    _line("url", url, "" if urls else "where the SGLang server (or sglang-router) listens"),
+                    _line("concurrency", EndpointConfig.concurrency, "requests in flight; 0 follows the server"),
+                    _line("api_key_env", "", f"the environment variable holding the key: {check}"),
+                ]
+            )
+        )
+    return "\n\n".join(blocks)
+
+
+def _expect(expect: dict[str, Any]) -> str:
+    lines = ["[expect]                                 # as the server reports it today: preflight stops on drift"]
+    lines += [_line(k, v, "what every server must run with") for k, v in expect.items()]
+    return "\n".join(lines)

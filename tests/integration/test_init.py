@@ -1,0 +1,77 @@
+"""`regen init` (issue 28): on every real dataset in ../shared/datasets/ (read where they are), the config it writes
+loads strictly, marks the lines to check, and runs as written against a simulator over real HTTP."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from tests.conftest import ROOT, committed_ids, regen
+
+DATASETS = ROOT.parent / "shared" / "datasets"
+TEXT = [
+    "fastchat_dummy_conversation.json",
+    "llamafactory/glaive_toolcall_en_demo.json",
+    "llamafactory/reason_tool_use_demo_50.jsonl",
+    "llamafactory/v1_sft_demo.jsonl",
+]
+SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
+
+
+def _init(tmp_path: Path, name: str, url: str) -> Path:
+    out = tmp_path / "regen.toml"
+    result = regen("init", str(DATASETS / name), "--endpoint", url, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out}: read the " in result.stderr
+    return out
+
+
+@pytest.mark.parametrize("name", TEXT, ids=[Path(n).stem for n in TEXT])
+def test_init_writes_a_config_that_runs_as_written(tmp_path: Path, sim, name: str) -> None:
+    server = sim(*SIM)
+    cfg = _init(tmp_path, name, server.url)
+    text = cfg.read_text()
+    loaded = load_config(str(cfg), [])  # strict: every key it writes is a real one
+    assert loaded.generation.model == "Qwen3.6-27B" and dict(tomllib.loads(text)["expect"]) == {
+        "reasoning_parser": "qwen3"
+    }
+    for key in ("path = ", "keep_fields = ", "dir = ", "model = ", "api_key_env = "):
+        (line,) = [x for x in text.splitlines() if x.startswith(key)]
+        assert "# CHECK: " in line, line
+    run = regen("run", str(cfg), "--output", str(tmp_path / "run"), "--no-progress")
+    assert run.returncode == 0, run.stderr
+    assert committed_ids(tmp_path / "run", "shards"), run.stderr  # something was generated and accepted
+
+
+def test_init_suggests_the_repair_selection_and_dedupe_where_the_audit_finds_them(tmp_path: Path, sim) -> None:
+    server = sim(*SIM)
+    text = _init(tmp_path, "llamafactory/glaive_toolcall_en_demo.json", server.url).read_text()
+    assert 'select = "invalid"' in text and "dedupe = true" in text  # broken turns; exact duplicate rows, no ids
+    plain = _init(tmp_path / "b", "fastchat_dummy_conversation.json", server.url).read_text()
+    assert "select = " not in plain and "store no reasoning at all" in plain  # nothing to repair: add reasoning
+
+
+def test_init_on_an_image_dataset_says_its_rows_are_refused(tmp_path: Path, sim) -> None:
+    server = sim(*SIM)
+    result = regen("init", str(DATASETS / "llamafactory/mllm_demo.json"), "--endpoint", server.url)
+    assert result.returncode == 0, result.stderr
+    assert "6 rows carry images: regen sends text only, so they are refused (bad_input)" in result.stderr
+    assert result.stdout.startswith("# Written by `regen init`")
+
+
+def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "regen.toml"
+    out.write_text("# mine\n")
+    result = regen("init", str(DATASETS / "fastchat_dummy_conversation.json"), "--out", str(out))
+    assert result.returncode == 2 and "exists" in result.stderr and out.read_text() == "# mine\n"
+
+
+def test_the_seed_config_marks_its_lines_to_check_as_init_does() -> None:
+    text = (ROOT / "configs" / "qwen36-27b-mtp.toml").read_text()
+    for key in ("path = ", "id_field = ", "messages_field = ", "keep_fields = ", "select = ", "dir = ", "model = ",
+                "url = ", "api_key_env = "):  # fmt: skip
+        lines = [x for x in text.splitlines() if x.startswith(key)]
+        assert lines and all("# CHECK: " in x for x in lines), key
