@@ -130,7 +130,7 @@ class Converter:
                 if not found:
                     self.skipped["no_generated_turn"] += 1
                     return []
-                return [{**self._metadata(row), **self._prompt_completion(found[-1])}]
+                return [{**self._metadata(row), **self._prompt_completion(found[-1]), **self._tools(row)}]
             return [{**self._metadata(row), **self._body(conv), **self._tools(row)}]
         out = []
         for target in targets(conv):

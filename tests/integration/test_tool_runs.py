@@ -90,7 +90,8 @@ def test_glaive_runs_with_its_tools_and_exports_in_every_shape(tmp_path: Path, s
         for request in _requests(prompt, row):
             key = prompt_key(request)
             # tools with every request of a row that has them, and never with one that has none
-            assert stats["with_tools"].get(key, 0) == (stats["attempts"][key] if prompt.tools else 0), prompt_id
+            sent = stats["generations"][key] if prompt.tools else 0  # every request generated once (no faults)
+            assert stats["with_tools"].get(key, 0) == sent, prompt_id
             sent_with_tools += bool(prompt.tools)
         assert json.loads(row["tools"] or "[]") == list(prompt.tools)
     assert sent_with_tools > 300
@@ -124,7 +125,8 @@ def _every_export(run_dir: Path, tmp_path: Path, tokenizer: Path) -> None:
         files = sorted(str(p) for p in (out / "data").glob("train-*"))
         loaded = datasets.load_dataset("json" if files[0].endswith(".jsonl") else "parquet", data_files=files)["train"]
         assert len(loaded) == 265, fmt
-        first = next(r for r in loaded if r.get("tools") and "function_call" in json.dumps(r, default=str))
+        first = next(r for r in loaded if _calls_a_tool(fmt, r))
+        assert json.loads(first["tools"] or "null")[0]["type"] == "function", (fmt, first)
         if fmt == "chat":
             calls = [m for m in first["messages"] if m["tool_calls"]]
             assert calls and calls[0]["tool_calls"][0]["function"]["name"]
@@ -140,6 +142,14 @@ def _every_export(run_dir: Path, tmp_path: Path, tokenizer: Path) -> None:
     for got in table:
         # the loss mask covers only the turns regen generated: one masked run per generated turn
         assert len(masked_runs(got["input_ids"], got["loss_mask"])) == len(rows[got["id"]]["turns"]), got["id"]
+
+
+def _calls_a_tool(fmt: str, row: dict[str, Any]) -> bool:
+    """Whether an exported row holds a kept tool call, in the shape of its format."""
+    if fmt == "sharegpt":
+        return any(m["from"] == "function_call" for m in row["conversations"])
+    messages = {"chat": "messages", "prompt-completion": "prompt", "specforge": "conversations"}[fmt]
+    return any(m.get("tool_calls") for m in row[messages])
 
 
 def test_v1_sft_demo_runs_whole_and_is_repaired_in_its_own_part_shape(tmp_path: Path, sim) -> None:
