@@ -11,6 +11,7 @@ When an endpoint's `concurrency` is 0, its capacity is taken from what the serve
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 from typing import Any
 
@@ -62,9 +63,15 @@ class Gate:
         for ep, result in zip(self.pool.endpoints, results, strict=True):
             if not result["reachable"] or _warming_up(result):
                 self.pending.add(ep.url)
-                why = "still warming up (/health 503)" if result["reachable"] else "unreachable at preflight"
-                self.pool.mark_down(ep, f"{why}; probing until it is up")
+                why = "still warming up (/health 503)" if result["reachable"] else _unreachable(result)
+                self.pool.mark_down(ep, f"{why}; probing until it is up, {self._deadline()}")
         return {"skipped": False, "endpoints": results}
+
+    def _deadline(self) -> str:
+        """When the run gives up if no endpoint comes up (client.no_endpoint_timeout_s from now, as a UTC time)."""
+        timeout = self.cfg.client.no_endpoint_timeout_s
+        at = give_up_at(time.time() + timeout)
+        return f"the run gives up at {at} (no_endpoint_timeout_s {timeout:.0f}) unless an endpoint is up"
 
     async def _preflight(self, ep: EndpointState) -> dict[str, Any]:
         result = await preflight_endpoint(ep.url, self.cfg, api_key=self._key(ep), transport=ep.client.control)
@@ -121,3 +128,18 @@ class Gate:
 def capacity_of(spec: EndpointConfig) -> tuple[int, bool]:
     """(initial capacity, whether it is automatic)."""
     return (spec.concurrency, False) if spec.concurrency > 0 else (AUTO_DEFAULT, True)
+
+
+def _unreachable(result: dict[str, Any]) -> str:
+    """Why preflight could not reach the endpoint, as the socket said it: connection refused, a DNS failure..."""
+    reach = next((c["actual"] for c in result.get("checks", []) if c["name"] == "reachable"), "")
+    said = (
+        "connection refused (nothing listens on the port: a wrong port, or still loading)"
+        if reach == "port closed"
+        else reach
+    )
+    return f"unreachable at preflight: {said or 'no answer'}"
+
+
+def give_up_at(epoch: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(epoch))

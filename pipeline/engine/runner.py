@@ -472,6 +472,9 @@ class Runner:
         snap = self.metrics.snapshot()
         snap["endpoints"] = self.pool.snapshot() if self.pool else {}
         snap["queue_depth"] = self._queue.qsize() if self._queue is not None else 0
+        unusable = self.pool.unusable_for() if self.pool else 0.0
+        timeout = self.cfg.client.no_endpoint_timeout_s
+        snap["gives_up_at"] = time.time() + timeout - unusable if unusable > 0 else None  # no endpoint usable
         return snap
 
     def _summary(self, store: RunStore, *, interrupted: bool) -> RunSummary:

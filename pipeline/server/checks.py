@@ -271,6 +271,7 @@ def info_of(got: Observed) -> dict[str, Any]:
         "served_models": got.models,
         "speculative_algorithm": info.get("speculative_algorithm"),
         "reasoning_parser": info.get("reasoning_parser"),
+        "tool_call_parser": info.get("tool_call_parser"),
         "max_running_requests": info.get("max_running_requests"),
         "dp_size": info.get("dp_size"),
         "mamba": {"key": mamba, "value": info.get(mamba)} if mamba else None,
@@ -353,3 +354,29 @@ def show(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(map(str, value)) or "-"
     return str(value)
+
+
+def judge_tool_parser(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """For an input with tools: a warning per server (each worker behind a router) that has no tool-call parser
+    (`tool_call_parser` null in /server_info). Such a server leaves a call in the answer's text (`<tool_call>...`)
+    and never says `finish_reason: "tool_calls"`, so a text turn that calls a tool cannot be told from an answer."""
+    servers = [(w.get("url", result["url"]), w) for w in result.get("workers") or []] or [(result["url"], result)]
+    out = []
+    for url, server in servers:
+        info = server.get("info") or {}
+        if not server.get("reachable") or info.get("server_info_path") is None or info.get("tool_call_parser"):
+            continue
+        out.append(
+            {
+                "name": "tool call parser",
+                "key": "tool_call_parser",
+                "expected": "a parser (the input has tools)",
+                "actual": None,
+                "ok": True,
+                "level": "warning",
+                "hint": f"{url}: the input has tools but the server parses no tool calls; launch SGLang with "
+                "--tool-call-parser NAME (qwen25 for Qwen2.5/Qwen3, llama3, mistral, deepseekv3, ...) so a text turn "
+                "that calls a tool comes back as tool_calls and is resampled",
+            }
+        )
+    return out

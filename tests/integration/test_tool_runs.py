@@ -238,3 +238,19 @@ def test_a_sigkill_mid_tool_run_then_a_rerun_stores_every_id_once_in_turn_order(
         assert row["messages"] == [{"role": m["role"], "content": m["content"]} for m in _requests(prompt, row)[-1]], (
             prompt_id
         )
+
+
+def test_a_server_without_a_tool_call_parser_is_reported_before_the_run(tmp_path: Path, sim) -> None:
+    data = tmp_path / "marked.jsonl"
+    _marked(data)
+    bare = sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "40")
+    done = regen("run", str(_config(tmp_path, bare.url, data)), "--no-progress")
+    assert "the input has tools but the server parses no tool calls" in done.stderr
+    assert "--tool-call-parser NAME" in done.stderr
+    manifest = orjson.loads((tmp_path / "run" / "run.json").read_bytes())
+    assert "tool_call_parser" in json.dumps(manifest["preflight"])
+    # without a parser the call stays in the text: the turn is stored as an answer, which is what the warning is for
+    with_parser = sim(*SIM, "--mean-output-tokens", "40")
+    (tmp_path / "again").mkdir()
+    quiet = regen("run", str(_config(tmp_path / "again", with_parser.url, data)), "--no-progress")
+    assert "--tool-call-parser" not in quiet.stderr
