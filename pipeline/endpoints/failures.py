@@ -14,6 +14,7 @@ Each timeout says which one ran out (`transport.Timeouts`): a connect, a stalled
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,10 @@ def from_exception(exc: BaseException, url: str, timeouts: Timeouts, *, answered
     if isinstance(exc, aiohttp.ClientConnectorError):
         if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(exc.os_error, socket.gaierror):
             return UnresolvedHostError(f"{url}: cannot resolve host {exc.host!r} ({exc.os_error})")
-        return EndpointDownError(f"{url}: cannot connect ({exc.os_error})")
+        said = (
+            os.strerror(exc.os_error.errno).lower() if exc.os_error.errno else "no connection"
+        )  # "connection refused"
+        return EndpointDownError(f"{url}: cannot connect: {said} ({exc.os_error})")
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return RetryableRequestError(f"{url}: no connection within {timeouts.connect:g}s (connect timeout)")
     if isinstance(exc, aiohttp.SocketTimeoutError):

@@ -150,6 +150,15 @@ def _duration(seconds: float | None) -> str:
     return f"{s // 60}m{s % 60:02d}s"
 
 
+def _waiting(snap: dict[str, Any]) -> str:
+    """While no endpoint is usable: why each is not (its last error) and when the run gives up."""
+    if not snap.get("gives_up_at"):
+        return ""
+    why = "; ".join(f"{url}: {ep.get('last_error') or ep['state']}" for url, ep in snap.get("endpoints", {}).items())
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(snap["gives_up_at"]))
+    return f" | no endpoint usable ({why}); giving up at {at}"
+
+
 class ProgressLog:
     """A progress line from a run snapshot, with the rates over the time since the previous line."""
 
@@ -174,7 +183,7 @@ class ProgressLog:
         states = Counter(ep["state"] for ep in snap.get("endpoints", {}).values())
         rejects = dict(sorted(snap["rejected_by_reason"].items()))
         PROGRESS.info(
-            "%d/%d prompts (%.1f%%)%s | %.2f completions/s, %s output tok/s | ETA %s | rejects %s | endpoints %s",
+            "%d/%d prompts (%.1f%%)%s | %.2f completions/s, %s output tok/s | ETA %s | rejects %s | endpoints %s%s",
             finished,
             total,
             100.0 * finished / total if total else 100.0,
@@ -184,6 +193,7 @@ class ProgressLog:
             _duration(eta if snap["pending"] else 0),
             " ".join(f"{k}={v}" for k, v in rejects.items()) or "0",
             " ".join(f"{k}={v}" for k, v in sorted(states.items())) or "none",
+            _waiting(snap),
             extra={
                 "event": "progress",
                 "done": finished,

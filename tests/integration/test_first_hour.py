@@ -102,3 +102,19 @@ def _status(run_dir: Path) -> dict | None:
 
 def _inflight(status: dict) -> int:
     return sum(ep.get("inflight") or 0 for ep in status["endpoints"].values())
+
+
+def test_a_run_against_a_closed_port_says_connection_refused_and_when_it_gives_up(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # closed once the block ends
+    _mixed(tmp_path / "prompts.jsonl", good=5, bad=0)
+    cfg = write_config(tmp_path, url)
+    result = regen("run", str(cfg), "--no-progress", "--set", "client.no_endpoint_timeout_s=3",
+                   "--set", "output.progress_interval_s=0.5")  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    down = next(line for line in result.stderr.splitlines() if f"{url}: down (" in line)
+    assert "connection refused" in down and "the run gives up at " in down and " UTC (no_endpoint_timeout_s 3)" in down
+    progress = [line for line in result.stderr.splitlines() if " regen.progress: " in line]
+    assert progress and "no endpoint usable" in progress[-1] and "connection refused" in progress[-1]
+    assert "giving up at " in progress[-1]
