@@ -11,8 +11,8 @@ When an endpoint's `concurrency` is 0, its capacity is taken from what the serve
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
+import time
 from typing import Any
 
 from ..config import Config, EndpointConfig, api_key_for
@@ -21,6 +21,7 @@ from ..endpoints.health import NOT_YET
 from ..endpoints.pool import Pool
 from ..endpoints.state import EndpointState
 from ..errors import PreflightError, RegenError
+from ..server.checks import judge_tool_parser
 from ..server.preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
 
 log = logging.getLogger("regen.preflight")
@@ -44,6 +45,7 @@ class Gate:
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.pending: set[str] = set()  # unreachable at start: preflight before first use
         self.results: dict[str, dict[str, Any]] = {}
+        self.needs_tools = False  # the input has tools: a server without a tool-call parser is reported
 
     def _key(self, ep: EndpointState) -> str | None:
         return api_key_for(ep.api_key_env, "api_key_env")
@@ -65,7 +67,16 @@ class Gate:
                 self.pending.add(ep.url)
                 why = "still warming up (/health 503)" if result["reachable"] else _unreachable(result)
                 self.pool.mark_down(ep, f"{why}; probing until it is up, {self._deadline()}")
+        if self.needs_tools:
+            self._tool_parsers(results)
         return {"skipped": False, "endpoints": results}
+
+    def _tool_parsers(self, results: list[dict[str, Any]]) -> None:
+        """Warn, before any prompt is sent, about each server that would leave tool calls in the text."""
+        for result in results:
+            for check in judge_tool_parser(result):
+                result["checks"].append(check)
+                log.warning("%s", check["hint"], extra={"event": "no_tool_call_parser", "url": result["url"]})
 
     def _deadline(self) -> str:
         """When the run gives up if no endpoint comes up (client.no_endpoint_timeout_s from now, as a UTC time)."""

@@ -9,6 +9,7 @@ Interrupted (exit 130): rerunning the same command resumes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
@@ -44,7 +45,7 @@ from .memory import TRIM_INTERVAL_S, return_free_memory
 from .metrics import CountingSink, Metrics
 from .prometheus import Exporter
 from .reader import PromptReader
-from .refusals import check_first_rows, first_row_fields
+from .refusals import FIRST_ROWS, check_first_rows, first_row_fields
 
 log = logging.getLogger("regen.run")
 HEARTBEAT_INTERVAL_S = 1.0
@@ -184,6 +185,7 @@ class Runner:
                     prefer_wait_s=self.cfg.client.sticky_wait_s,
                 )
                 self.gate = Gate(self.cfg, self.pool, skip=self.opt.skip_preflight, workers=self.opt.num_workers)
+                self.gate.needs_tools = await asyncio.to_thread(_first_rows_have_tools, reader)
                 record = await self.gate.admit_all()
                 self._record_preflight(record)
                 interrupted = await self._engine(reader, state.done, store)
@@ -504,6 +506,12 @@ class Runner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _first_rows_have_tools(reader: PromptReader) -> bool:
+    """Whether any of the input's first FIRST_ROWS rows carries tools (preflight then wants a tool-call parser)."""
+    first = itertools.islice(itertools.chain.from_iterable(reader.iter_batches()), FIRST_ROWS)
+    return any(isinstance(item, Prompt) and item.tools for item in first)
 
 
 def _append_line(path: Path, line: bytes) -> None:
