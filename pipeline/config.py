@@ -83,8 +83,8 @@ class ClientConfig:
     max_endpoint_failures: int = 8  # requests of a prompt lost to endpoints (down, hung, refusing for load)
     request_timeout_s: float = 3600.0
     connect_timeout_s: float = 10.0
-    stream: bool = False
-    loop_guard: bool = True  # stop a streaming generation once it loops (abort, resample); needs stream
+    stream: bool = True  # needed by loop_guard; false: one JSON body per completion (the guard cannot run)
+    loop_guard: bool = True  # stop a streaming generation once it loops (abort on the server, resample)
     stall_timeout_s: float = 120.0
     hang_floor_s: float = 600.0  # a request is hung (aborted, retried elsewhere) after max(hang_floor_s,
     hang_slack: float = 3.0  # hang_slack * max_tokens / the endpoint's slow decode rate); see engine/deadline.py

@@ -58,6 +58,8 @@ class Completion:
     latency_s: float = 0.0
     seed: int = 0
     spec_accept_length: float | None = None
+    # The stream guard (pipeline/loops.py) stopped it: aborted on the server, the text as far as it had streamed.
+    loop_stopped: bool = False
     tool_calls: tuple[dict[str, Any], ...] = ()  # the calls the model made instead of (or with) an answer
 
 

@@ -33,7 +33,7 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
         return Verdict(False, "answer_in_reasoning", f"answer empty, reasoning has {len(reasoning)} chars")
     if cfg.reject_think_markers and (marker := _think_marker(answer, reasoning)):
         return Verdict(False, "think_marker", marker)
-    if cfg.reject_looping and (loop := looping(completion)):
+    if (cfg.reject_looping or completion.loop_stopped) and (loop := looping(completion)):
         return Verdict(False, "looping", loop)
     if cfg.require_answer and len(answer) < cfg.min_answer_chars:
         return Verdict(False, "empty_answer", f"answer has {len(answer)} chars (< {cfg.min_answer_chars})")

@@ -290,7 +290,7 @@ def test_a_name_whose_first_address_drops_syns_is_reached_at_its_second(run) -> 
             names = TwoAddresses(dead_port, srv.port)
             # Addresses tried one after the other would spend connect_timeout_s (30) on the first: past the
             # request's own 3 s. Happy Eyeballs tries the second after 250 ms.
-            cfg = ClientConfig(connect_timeout_s=30, request_timeout_s=3)
+            cfg = ClientConfig(connect_timeout_s=30, request_timeout_s=3, stream=False)
             async with EndpointClient(
                 "http://dual.example:30000", gen=GenerationConfig(model="m"), client=cfg, resolver=names
             ) as c:

@@ -8,6 +8,7 @@ is an error object (`{"object": "error"}`, an SSE error event) is that error, an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from ..config import ClientConfig, GenerationConfig
 from ..errors import EndpointDownError, RequestError, RetryableRequestError
 from ..records import Completion, Prompt
 from . import failures
+from .loop_guard import LoopStopped, StreamGuard
 from .reasoning import split_reasoning
 from .sse import ErrorEvent, InvalidStream, parse_stream
 from .transport import Reply, Timeouts, Transport
@@ -153,7 +155,10 @@ class EndpointClient:
         parsed = await (self._stream(data, rid) if self.cfg.stream else self._once(data))
         if not parsed["finish_reason"]:
             raise RetryableRequestError(f"{self.url}: the completion has no finish_reason (cut short?)")
-        return self._completion(parsed, body["seed"], time.monotonic() - started)
+        completion = self._completion(parsed, body["seed"], time.monotonic() - started)
+        if parsed.get("loop_stopped"):
+            return dataclasses.replace(completion, loop_stopped=True)
+        return completion
 
     async def _once(self, data: bytes) -> dict[str, Any]:
         reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=self._plain)
@@ -178,8 +183,17 @@ class EndpointClient:
             raise RetryableRequestError(f"{self.url}: not a chat completion in a 200 response: {exc!r}") from None
 
     async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
+        """A streamed completion; with `client.loop_guard`, stopped once it loops (endpoints/loop_guard.py): the
+        connection closed, the request aborted on the server by its rid, what had streamed returned."""
+        guard = StreamGuard() if self.cfg.loop_guard else None
         try:
-            reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=self._streamed)
+            reply = await self.session.request(
+                "POST", CHAT_PATH, body=data, timeouts=self._streamed, on_chunk=guard.take if guard else None
+            )
+        except LoopStopped:
+            assert guard is not None
+            await self.abort(rid)
+            return {**guard.partial(), "loop_stopped": True}
         except RetryableRequestError as exc:
             if isinstance(exc.__cause__, aiohttp.SocketTimeoutError | TimeoutError):
                 await self.abort(rid)  # stalled or past its time: the server may still be decoding it

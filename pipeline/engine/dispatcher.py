@@ -36,7 +36,7 @@ from ..errors import (
 )
 from ..records import Completion, Prompt
 from ..schema import accepted_row, rejected_row, turn_entry
-from ..validator import validate
+from ..validator import looping, validate
 from .circuit import FailureCircuit
 from .deadline import Deadlines
 from .metrics import Metrics
@@ -86,6 +86,7 @@ class Dispatcher:
         self._started: dict[asyncio.Task[Any], tuple[EndpointState, str, float]] = {}  # requests in flight
         self._hung: set[asyncio.Task[Any]] = set()  # cancelled by watch_hangs
         self._rids = itertools.count()
+        self._chars_tokens = [0, 0]  # characters and tokens of the completions seen (a stopped stream's estimate)
         self.inflight: set[asyncio.Task[None]] = set()
         self.stopping = False  # set on SIGINT/SIGTERM: cancellations are the drain's, not the health monitor's
 
@@ -166,13 +167,38 @@ class Dispatcher:
                     return None
                 continue
             t.attempts += 1
+            self._learn_chars_per_token(completion)
             verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
             if verdict.ok:
                 return completion, turn_entry(completion, t.attempts)
             t.last, t.reason, t.detail = completion, verdict.reason or "invalid", verdict.detail
-            self.metrics.output_tokens += completion.completion_tokens or 0
+            spent = self._spent_tokens(completion)
+            self.metrics.output_tokens += spent
+            if verdict.reason == "looping" or (verdict.reason == "truncated" and self._loops_counted(completion)):
+                max_tokens = self.cfg.generation.max_tokens
+                self.metrics.record_looping(
+                    stopped=completion.loop_stopped, streamed_tokens=spent, max_tokens=max_tokens
+                )
         self._reject(prompt, t.last, t.attempts, t.reason, label + t.detail, done)
         return None
+
+    def _loops_counted(self, completion: Completion) -> bool:
+        """Whether a truncated completion ran to max_tokens in a loop (the guard off): a looping one all the same."""
+        return self.cfg.validate.reject_looping and bool(looping(completion))
+
+    def _learn_chars_per_token(self, completion: Completion) -> None:
+        if completion.completion_tokens:
+            self._chars_tokens[0] += len(completion.reasoning or "") + len(completion.answer)
+            self._chars_tokens[1] += completion.completion_tokens
+
+    def _spent_tokens(self, completion: Completion) -> int:
+        """A completion's tokens; for a stream the loop guard stopped (no usage came back), an estimate from the
+        characters that streamed, at this run's characters per token so far (4 until a completion has told)."""
+        if completion.completion_tokens is not None or not completion.loop_stopped:
+            return completion.completion_tokens or 0
+        chars, tokens = self._chars_tokens
+        per_token = chars / tokens if tokens else 4.0
+        return round((len(completion.reasoning or "") + len(completion.answer)) / per_token)
 
     async def _send(self, prompt: Prompt, ep: EndpointState, t: _Tally) -> Completion | None:
         """One request on a slot of `ep`; the slot is always given back. None: no completion (see `t`)."""

@@ -47,6 +47,9 @@ class Metrics:
     endpoint_failures: int = 0
     later_turns: int = 0  # accepted turns after a conversation's first
     later_turns_same_endpoint: int = 0  # of those, the ones served by the endpoint of the turn before (prefix reuse)
+    looping: int = 0  # completions judged `looping` (pipeline/loops.py): resampled, or the prompt's last attempt
+    loops_stopped: int = 0  # of those, generations the stream guard stopped early (aborted on the server)
+    loop_tokens_saved: int = 0  # output tokens they did not generate: max_tokens less what had streamed
     completions_by_endpoint: Counter[str] = field(default_factory=Counter)  # accepted rows stored
     output_tokens_by_endpoint: Counter[str] = field(default_factory=Counter)  # their completion tokens
     commit_seconds: Latencies = field(default_factory=Latencies)  # each journal sync (and the commits it made)
@@ -105,6 +108,13 @@ class Metrics:
             out["recent_output_tokens_per_s"] = (k1 - k0) / span
         return out
 
+    def record_looping(self, *, stopped: bool, streamed_tokens: int, max_tokens: int) -> None:
+        """A completion judged `looping`; `stopped` when the stream guard ended it after `streamed_tokens`."""
+        self.looping += 1
+        if stopped:
+            self.loops_stopped += 1
+            self.loop_tokens_saved += max(0, max_tokens - streamed_tokens)
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "t": time.time(),
@@ -121,6 +131,7 @@ class Metrics:
             "endpoint_failures": self.endpoint_failures,
             "later_turns": self.later_turns,
             "later_turns_same_endpoint": self.later_turns_same_endpoint,
+            "loops": {"looping": self.looping, "stopped": self.loops_stopped, "tokens_saved": self.loop_tokens_saved},
             "completions_by_endpoint": dict(self.completions_by_endpoint),
             "output_tokens_by_endpoint": dict(self.output_tokens_by_endpoint),
             "commit_seconds": self.commit_seconds.snapshot(),

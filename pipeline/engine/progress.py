@@ -93,6 +93,8 @@ class Progress:
             lines.append(f"  warning: {warning}")
         if snap.get("later_turns"):
             lines.append(f"  prefix reuse: {prefix_reuse(snap)}")
+        if (loops := snap.get("loops") or {}).get("looping"):
+            lines.append(f"  loops: {loops_line(loops)}")
         for url, ep in snap.get("endpoints", {}).items():
             lines.append(f"  endpoint {url}: {ep['ok']} ok, {ep['errors']} errors, state {ep['state']}")
         lines.append(f"  shards: {run_dir / 'shards'}  rejects: {run_dir / 'rejects'}")
@@ -102,6 +104,14 @@ class Progress:
 def _host_port(url: str) -> str:
     """An endpoint as the bar names it: host:port, no scheme."""
     return url.split("://", 1)[-1].rstrip("/")
+
+
+def loops_line(loops: dict[str, Any]) -> str:
+    """Completions judged looping, how many the stream guard stopped early, and the tokens that saved."""
+    return (
+        f"{loops['looping']} looping completions resampled, {loops['stopped']} stopped early "
+        f"({loops['tokens_saved']:,} output tokens not generated)"
+    )
 
 
 def prefix_reuse(snap: dict[str, Any]) -> str:

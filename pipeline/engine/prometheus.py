@@ -103,6 +103,28 @@ class Exporter(Collector):
             [([], s.get("later_turns_same_endpoint", 0))],
             w,
         )
+        loops = s.get("loops") or {}
+        yield _counter(
+            "regen_looping_completions",
+            "completions judged looping (resampled)",
+            [],
+            [([], loops.get("looping", 0))],
+            w,
+        )
+        yield _counter(
+            "regen_loops_stopped",
+            "generations stopped early for looping (the stream guard aborted them on the server)",
+            [],
+            [([], loops.get("stopped", 0))],
+            w,
+        )
+        yield _counter(
+            "regen_loop_tokens_saved",
+            "output tokens not generated because the loop guard stopped a generation (max_tokens less what streamed)",
+            [],
+            [([], loops.get("tokens_saved", 0))],
+            w,
+        )
         yield _gauge("regen_prompts_owned", "prompts this worker owns in the input", [], [([], s["total"])], w)
         yield _gauge(
             "regen_prompts_finished", "prompts in shards or rejects", [], [([], s["already_done"] + s["done"])], w

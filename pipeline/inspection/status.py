@@ -67,6 +67,7 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
     status["damaged"] = [str(d) for d in damaged_parts(run_dir)]
     status["duplicates"] = duplicates(run_dir)
     _merge_metrics_endpoints(run_dir, status, now, dead)
+    status["loops"] = _loops(run_dir)
     return status
 
 
@@ -285,6 +286,18 @@ def _merge_metrics_endpoints(run_dir: Path, status: dict[str, Any], now: float, 
                     row[key] = row.get(key, 0) + value
                 elif key not in row or row[key] is None:
                     row[key] = value
+
+
+def _loops(run_dir: Path) -> dict[str, int]:
+    """Completions judged looping, generations the loop guard stopped early and the output tokens that saved, summed
+    over the workers' metrics files (each worker's latest invocation)."""
+    out = {"looping": 0, "stopped": 0, "tokens_saved": 0}
+    for path in rundir.metrics_files(run_dir):
+        lines = rundir.tail_lines(path, max_bytes=64 * 1024)
+        loops = (lines[-1].get("loops") or {}) if lines else {}
+        for key in out:
+            out[key] += int(loops.get(key) or 0)
+    return out
 
 
 def _eta(status: dict[str, Any]) -> float | None:

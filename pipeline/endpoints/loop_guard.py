@@ -1,0 +1,96 @@
+"""The stream guard: a chat stream's reasoning and answer, judged by the loop detector (pipeline/loops.py) as the
+bytes arrive, so a generation that falls into a loop is stopped there instead of decoding to `max_tokens`.
+
+`take` is the transport's `on_chunk`: it keeps the bytes and, every `CHECK_BYTES` of them, parses the complete SSE
+events among them in one orjson call and feeds their text deltas to one `LoopGuard` per field. Once either loops
+it raises `LoopStopped`, which leaves the response (the transport closes the connection: its body was not read to
+the end); the client then aborts the request on the server by its rid and returns what had streamed as a
+completion with `loop_stopped` set, which the validator rejects as `looping` and the dispatcher resamples.
+
+Cost: each event is parsed twice (here, and once more in `sse.parse_stream` when the stream ends normally), plus
+the guard's own check every 1 KB of text (BENCHMARKS.md "Loops"). `client.loop_guard = false` turns it off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..loops import Loop, LoopGuard
+
+CHECK_BYTES = 8192  # SSE bytes between two parses (~1 KB of text at SGLang's ~150 bytes of framing per event)
+
+
+class LoopStopped(Exception):
+    """The stream loops: stop reading it."""
+
+    def __init__(self, loop: Loop):
+        super().__init__(f"loops from char {loop.start}")
+        self.loop = loop
+
+
+class StreamGuard:
+    """One streamed chat completion's text, guarded as it arrives."""
+
+    __slots__ = ("_buffer", "_off", "answer", "answer_parts", "model", "reasoning", "reasoning_parts")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._off = False  # an event it could not read: the stream's own parse judges the stream, unguarded
+        self.reasoning, self.answer = LoopGuard(), LoopGuard()
+        self.reasoning_parts: list[str] = []
+        self.answer_parts: list[str] = []
+        self.model = ""
+
+    def take(self, piece: bytes) -> None:
+        """The transport's `on_chunk`. Raises LoopStopped once the reasoning or the answer loops."""
+        if self._off:
+            return
+        self._buffer += piece
+        if len(self._buffer) >= CHECK_BYTES:
+            self._scan()
+
+    def _scan(self) -> None:
+        end = self._buffer.rfind(b"\n\n")
+        if end < 0:
+            return
+        events = bytes(self._buffer[:end])
+        del self._buffer[: end + 2]
+        payloads = [line[5:].strip() for line in events.split(b"\n") if line.startswith(b"data:")]
+        try:
+            parsed = orjson.loads(b"[" + b",".join(p for p in payloads if p.startswith(b"{")) + b"]")
+        except orjson.JSONDecodeError:
+            self._off = True
+            return
+        for event in parsed:
+            self._take_event(event)
+        loop = self.reasoning.loop or self.answer.loop
+        if loop is not None:
+            raise LoopStopped(loop)
+
+    def _take_event(self, event: Any) -> None:
+        if not isinstance(event, dict):
+            return
+        if isinstance(event.get("model"), str):
+            self.model = event["model"]
+        for choice in event.get("choices") or ():
+            delta = (choice.get("delta") if isinstance(choice, dict) else None) or {}
+            if isinstance(thought := delta.get("reasoning_content"), str) and thought:
+                self.reasoning_parts.append(thought)
+                self.reasoning.feed(thought)
+            if isinstance(text := delta.get("content"), str) and text:
+                self.answer_parts.append(text)
+                self.answer.feed(text)
+
+    def partial(self) -> dict[str, Any]:
+        """What had streamed when it was stopped, in the shape `sse.parse_stream` gives: finish_reason `abort`
+        (what SGLang reports for an aborted request), no usage (the server never sent it)."""
+        return {
+            "content": "".join(self.answer_parts),
+            "reasoning": "".join(self.reasoning_parts) or None,
+            "finish_reason": "abort",
+            "tool_calls": [],
+            "usage": {},
+            "model": self.model,
+        }
