@@ -168,12 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regen", description="Batch completion generation for thinking-mode LLM datasets.", epilog=EPILOG
     )
+    parser.add_argument("--version", action="version", version=f"regen {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help, add_args in _SUBCOMMANDS:
         add_args(sub.add_parser(name, help=help, epilog=EPILOG))
     # The simulator's flags are its own parser, built only for `regen sim` (it imports the whole simulator).
     sub.add_parser("sim", help="run the SGLang simulator (regen sim --help for its flags)", add_help=False)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("regen")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def sim_parser() -> argparse.ArgumentParser:

@@ -5,10 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[dev]'
-# The HTML report test renders in headless Chromium (Debian's package).
-if ! command -v chromium >/dev/null 2>&1; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/dev/null
+# The HTML report's render test needs a system Chromium; without one it is skipped (nothing here needs root).
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && [ -z "${REGEN_CHROMIUM:-}" ]; then
+  echo "scripts/test.sh: no chromium on PATH: the HTML report's render test will be skipped (apt-get install chromium, or set REGEN_CHROMIUM)" >&2
 fi
 python3 -m ruff format --check pipeline tests scripts
 python3 -m ruff check pipeline tests scripts

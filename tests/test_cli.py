@@ -98,3 +98,13 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path, monkeypatch: pytest.Mo
         assert main(["inspect", str(build_run(tmp_path)), "--json"]) == 141
     finally:
         pipe.sink.close()
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"regen {version('regen')}\n"
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
