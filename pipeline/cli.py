@@ -329,7 +329,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     )
     if args.html:
         write_html(report, args.html)
-    _print_json(report) if args.json else print(format_inspect(report))
+    if args.json:
+        _print_json(report)
+    elif args.html:  # the report is in the file; the terminal gets where, not the whole text report again
+        print(f"wrote {args.html} ({report['rows']:,} rows, {len(report['sample'])} samples)")
+    else:
+        print(format_inspect(report))
     return 0
 
 

@@ -131,11 +131,26 @@ def _sample(row: dict[str, Any]) -> str:
     parts = [f"<details open><summary>{_e(title)}</summary>"]
     if row.get("reason"):
         parts.append(f'<p class="warn">rejected: {_e(row["reason"])}: {_e(row.get("detail") or "")}</p>')
-    for name, limit in (("prompt", 2000), ("reasoning", 3000), ("answer", 4000)):
-        text = row[name]
-        parts.append(f"<b>{name}</b> ({len(text):,} chars)<pre>{_e(elide(text, limit // 2, limit // 2))}</pre>")
+    if row.get("conversation"):
+        parts += [_turn(n, m) for n, m in enumerate(row["conversation"], 1)]
+    else:
+        for name, limit in (("prompt", 2000), ("reasoning", 3000), ("answer", 4000)):
+            text = row[name]
+            parts.append(f"<b>{name}</b> ({len(text):,} chars)<pre>{_e(elide(text, limit // 2, limit // 2))}</pre>")
     parts.append("</details>")
     return "".join(parts)
+
+
+def _turn(n: int, m: dict[str, Any]) -> str:
+    """One message of a multi-turn sample: its role, and for an assistant turn its reasoning and answer."""
+    tag = " (regenerated)" if m.get("generated") else ""
+    out = [f'<div class="turn"><b>[{n}] {_e(m["role"])}{tag}</b>']
+    if m.get("reasoning"):
+        text = m["reasoning"]
+        out.append(f"<i>reasoning</i> ({len(text):,} chars)<pre>{_e(elide(text, 1000, 1000))}</pre>")
+    limit = 4000 if m["role"] == "assistant" else 2000
+    out.append(f"<pre>{_e(elide(m['content'], limit // 2, limit // 2))}</pre></div>")
+    return "".join(out)
 
 
 def _figure() -> Figure:

@@ -28,6 +28,7 @@ _SAMPLE_COLUMNS = [
     "attempts",
     "latency_s",
     "created_at",
+    "turns",
 ]
 
 
@@ -102,6 +103,32 @@ def sample_entry(row: dict[str, Any]) -> dict[str, Any]:
         "reasoning": row.get("reasoning") or "",
         "answer": row.get("answer") or "",
     }
+    conv = conversation_of(row)
+    if sum(m["role"] == "user" for m in conv) > 1:  # multi-turn: the whole regenerated conversation is the sample
+        entry["conversation"] = conv
     if "reason" in row:
         entry.update(reason=row.get("reason"), detail=row.get("detail"))
     return entry
+
+
+def conversation_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row's whole conversation: the messages sent for its last turn (earlier assistant turns as their
+    answers) with each generated turn's reasoning from `turns` where every assistant turn was generated, then the
+    last turn's reasoning and answer. `generated` marks the turns regen wrote."""
+    messages = [m for m in row.get("messages") or [] if m]
+    turns = [t for t in row.get("turns") or [] if t]
+    earlier = [m for m in messages if m.get("role") == "assistant"]
+    all_generated = len(turns) == len(earlier) + 1
+    out: list[dict[str, Any]] = []
+    k = 0
+    for m in messages:
+        item = {"role": str(m.get("role")), "content": str(m.get("content") or "")}
+        if item["role"] == "assistant":
+            item["reasoning"] = (turns[k].get("reasoning") or "") if all_generated else None
+            item["generated"] = all_generated
+            k += 1
+        out.append(item)
+    if row.get("answer") is not None or row.get("reasoning"):
+        last = {"role": "assistant", "content": row.get("answer") or "", "reasoning": row.get("reasoning") or ""}
+        out.append({**last, "generated": True})
+    return out

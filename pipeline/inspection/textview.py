@@ -203,6 +203,8 @@ def format_sample(row: dict[str, Any], i: int, n: int, width: int) -> str:
     lines = [textwrap.fill(head, width=width, subsequent_indent="   ")]
     if row.get("reason"):
         lines.append(wrap(f"rejected: {row['reason']}: {row.get('detail') or ''}", width, "  "))
+    if row.get("conversation"):
+        return "\n".join(lines + _conversation_lines(row["conversation"], width))
     reasoning, answer = row["reasoning"], row["answer"]
     lines.append(f"  prompt ({len(row['prompt']):,} chars):")
     lines.append(wrap(elide(row["prompt"], PROMPT_CHARS // 2, PROMPT_CHARS // 2), width))
@@ -211,6 +213,20 @@ def format_sample(row: dict[str, Any], i: int, n: int, width: int) -> str:
     lines.append(f"  answer ({len(answer):,} chars):")
     lines.append(wrap(elide(answer, ANSWER_CHARS // 2, ANSWER_CHARS // 2), width))
     return "\n".join(lines)
+
+
+def _conversation_lines(conv: list[dict[str, Any]], width: int) -> list[str]:
+    """Every turn of a multi-turn sample, in order: what was asked, and each assistant turn's reasoning and answer."""
+    lines = []
+    for n, m in enumerate(conv, 1):
+        tag = " (regenerated)" if m.get("generated") else ""
+        lines.append(f"  [{n}] {m['role']}{tag} ({len(m['content']):,} chars):")
+        if m.get("reasoning"):
+            lines.append(f"      reasoning ({len(m['reasoning']):,} chars):")
+            lines.append(wrap(elide(m["reasoning"], REASONING_HEAD // 2, REASONING_TAIL // 2), width, "      "))
+        limit = ANSWER_CHARS if m["role"] == "assistant" else PROMPT_CHARS
+        lines.append(wrap(elide(m["content"], limit // 2, limit // 2), width, "      "))
+    return lines
 
 
 def format_validate(result: dict[str, Any]) -> str:

@@ -118,3 +118,25 @@ def test_a_run_against_a_closed_port_says_connection_refused_and_when_it_gives_u
     progress = [line for line in result.stderr.splitlines() if " regen.progress: " in line]
     assert progress and "no endpoint usable" in progress[-1] and "connection refused" in progress[-1]
     assert "giving up at " in progress[-1]
+
+
+def test_inspect_shows_the_whole_regenerated_conversation_of_a_multi_turn_row(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS)
+    rows = [{"id": f"c{i}", "messages": [{"role": "user", "content": f"First question {i}?"},
+                                         {"role": "assistant", "content": ""},
+                                         {"role": "user", "content": f"And the follow-up {i}?"},
+                                         {"role": "assistant", "content": ""}]} for i in range(6)]  # fmt: skip
+    (tmp_path / "prompts.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert regen("run", str(write_config(tmp_path, server.url)), "--no-progress").returncode == 0
+    run_dir, html = str(tmp_path / "run"), tmp_path / "report.html"
+    report = orjson.loads(regen("inspect", run_dir, "--sample", "3", "--json").stdout)
+    conv = report["sample"][0]["conversation"]
+    assert [m["role"] for m in conv] == ["user", "assistant", "user", "assistant"]
+    assert all(m["generated"] and m["reasoning"] and m["content"] for m in conv if m["role"] == "assistant")
+    assert conv[0]["content"].startswith("First question") and conv[2]["content"].startswith("And the follow-up")
+    text = regen("inspect", run_dir, "--sample", "1").stdout
+    assert "[1] user" in text and "[2] assistant (regenerated)" in text and "[3] user" in text
+    result = regen("inspect", run_dir, "--sample", "1", "--html", str(html))
+    assert result.returncode == 0 and result.stdout == f"wrote {html} (6 rows, 1 samples)\n"  # not the text again
+    page = html.read_text()
+    assert "[2] assistant (regenerated)" in page and "First question" in page and "follow-up" in page
