@@ -122,7 +122,7 @@ def conversation_of(row: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     k = 0
     for m in messages:
-        item = {"role": str(m.get("role")), "content": str(m.get("content") or "")}
+        item: dict[str, Any] = {"role": str(m.get("role")), "content": str(m.get("content") or "")}
         if item["role"] == "assistant":
             item["reasoning"] = (turns[k].get("reasoning") or "") if all_generated else None
             item["generated"] = all_generated
