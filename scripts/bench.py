@@ -6,6 +6,7 @@
     python scripts/bench.py --rehearsal           # + the 902,000-prompt dress rehearsal (long)
     python scripts/bench.py --only prefix         # conversation-sticky routing vs placement by load (issue 14)
     python scripts/bench.py --only soak --minutes 20   # four 64-slot servers at real durations, compressed (issue 17)
+    python scripts/bench.py --only loops          # 3% looping generations: the loop guard on vs off (issue 25)
     python scripts/bench.py --json out.json
 
 Scenarios (issue 8): 1 client overhead vs a minimal aiohttp loop; 2 peak RSS at 1M vs 10K prompts; 3 saturation of
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.endpoints import bench_endpoints
+from benchlib.loops import bench_loops
 from benchlib.overhead import bench_overhead
 from benchlib.prefix import bench_prefix
 from benchlib.rehearsal import bench_rehearsal
@@ -40,12 +42,13 @@ def main() -> int:
     ap.add_argument(
         "--only",
         action="append",
-        choices=["overhead", "scale", "saturation", "startup", "endpoints", "prefix", "soak"],
+        choices=["overhead", "scale", "saturation", "startup", "endpoints", "prefix", "soak", "loops"],
     )
     ap.add_argument("--minutes", type=float, default=20, help="wall time of the soak scenario (real figures: >= 20)")
     ap.add_argument("--time-factor", type=float, default=10, help="soak: real durations and timeouts / this")
     ap.add_argument("--conversations", type=int, default=1000, help="multi-turn rows in the prefix scenario")
     ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--loop-prompts", type=int, default=1000, help="prompts in the loops scenario")
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--tokens", type=int, default=1800, help="mean completion tokens in the overhead scenario")
     ap.add_argument("--scale-big", type=int, default=1_000_000)
@@ -70,6 +73,8 @@ def main() -> int:
             results[name] = bench_endpoints(work, 3000)
         elif name == "prefix":
             results[name] = bench_prefix(work, args.conversations)
+        elif name == "loops":
+            results[name] = bench_loops(work, args.loop_prompts)
         elif name == "soak":
             results[name] = bench_soak(work, args.minutes, args.time_factor)
         elif name == "rehearsal":

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..sglang.releases import NUM_RETRACTIONS_KEY
 from . import protocol as p
 from . import text
 from .engine import Job
@@ -77,8 +78,10 @@ class Admitted:
         if self.job is not None and self.job.state != "done" and self.sim.engine is not None:
             self.sim.engine.abort(self.job)
         self.sim.stats.cancelled += 1
-        if self.plan.loops:  # what the decode cost before its client left (instant mode: all of it)
-            self.sim.stats.looped(self.limit if self.job is None else int(self.job.generated))
+        decoded = self.limit if self.job is None else int(self.job.generated)  # (instant mode: all of it)
+        self.sim.stats.cancelled_tokens += decoded
+        if self.plan.loops:
+            self.sim.stats.looped(decoded)
 
     def _detach(self) -> bool:
         """The client of a non-streaming request went away. SGLang looks for that only after `disconnect_check_s`
@@ -156,6 +159,7 @@ class Admitted:
         self.ended = True
         if outcome.finish == "abort":
             self.sim.stats.cancelled += 1
+            self.sim.stats.cancelled_tokens += outcome.tokens
         else:
             self.sim.stats.generated(self.key, self.req.rid, self.req.prompt_tokens, outcome.tokens)
         if self.plan.loops:
@@ -183,7 +187,7 @@ class Admitted:
             "cached_tokens": cached or 0,
             "reasoning_tokens": reasoning,
             "weight_version": "default",
-            ("total_retractions" if self.sim.v < (0, 5, 10) else "num_retractions"): 0,
+            ("total_retractions" if self.sim.v < NUM_RETRACTIONS_KEY else "num_retractions"): 0,
             "e2e_latency": now - self.started,
             "response_sent_to_client_ts": now,
         }

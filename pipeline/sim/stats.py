@@ -40,6 +40,7 @@ class Stats:
         self.generation_tokens_total = 0
         self.looping_generations = 0  # generations of the loop fault that ended (ran to max_tokens, or stopped)
         self.looping_tokens = 0  # tokens they decoded, the ones aborted early included: what loops cost the GPU
+        self.cancelled_tokens = 0  # tokens decoded by generations that were then aborted (not in generation_tokens)
 
     def received(self, key: str, rid: str | None) -> int:
         """Count a request; returns its attempt number for this prompt (0-based)."""
@@ -85,4 +86,5 @@ class Stats:
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
             "looping": {"generations": self.looping_generations, "tokens": self.looping_tokens},
+            "cancelled_tokens": self.cancelled_tokens,
         }
