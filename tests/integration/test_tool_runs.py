@@ -1,7 +1,8 @@
 """Tool conversations end to end (issue 27), on LLaMA-Factory's real files read where they are
-(../shared/datasets/llamafactory, never copied): audit, run against the simulator over real HTTP (with a tool-call
-parser), every export loaded with `datasets`, the repaired files in their own shape, the resample of a text turn
-that calls a tool, and a SIGKILL in the middle of a tool-conversation run."""
+(../shared/datasets/llamafactory, never copied): audit, run with the repair selection (`input.select = "invalid"`:
+every row fails the audit in thinking mode, for want of reasoning) against the simulator over real HTTP (with a
+tool-call parser), every export loaded with `datasets`, the repaired files in their own shape, the resample of a
+text turn that calls a tool, preflight's tool-call-parser warning, and a SIGKILL in the middle of a tool run."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def _config(tmp_path: Path, url: str, data: Path, extra: str = "") -> Path:
 [input]
 path = "{data}"
 dedupe = true
+select = "invalid"
 [output]
 dir = "{tmp_path / "run"}"
 shard_rows = 50
@@ -59,7 +61,7 @@ concurrency = 16
 
 
 def _prompts(data: Path) -> dict[str, Prompt]:
-    reader = PromptReader(InputConfig(path=str(data), dedupe=True))
+    reader = PromptReader(InputConfig(path=str(data), dedupe=True, select="invalid"))
     return {p.id: p for batch in reader.iter_batches() for p in batch if isinstance(p, Prompt)}
 
 
