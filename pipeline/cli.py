@@ -189,7 +189,7 @@ def _version() -> str:
 def sim_parser() -> argparse.ArgumentParser:
     from .sim import add_arguments
 
-    parser = argparse.ArgumentParser(prog="regen sim", description="An SGLang server simulator (shared/SGLANG.md).")
+    parser = argparse.ArgumentParser(prog="regen sim", description="An SGLang server simulator (docs/simulator.md).")
     add_arguments(parser)
     return parser
 

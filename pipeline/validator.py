@@ -20,7 +20,9 @@ def validate(completion: Completion, cfg: ValidateConfig, thinking: bool = True)
     reasoning = (completion.reasoning or "").strip()
     if cfg.reject_truncated and completion.finish_reason == "length":
         where = "inside reasoning" if not answer else "in the answer"
-        detail = f"finish_reason=length {where} after {completion.completion_tokens} tokens"
+        tokens = completion.completion_tokens
+        after = f" after {tokens} tokens" if tokens is not None else ""  # an audited dataset's turns have no count
+        detail = f"finish_reason=length {where}{after}"
         loop = looping(completion) if cfg.reject_looping else ""
         return Verdict(False, "truncated", f"{detail}; {loop}" if loop else detail)
     if completion.tool_calls or completion.finish_reason == "tool_calls":

@@ -16,7 +16,14 @@ import pytest
 from pipeline import conversation
 from pipeline.cli import main
 from pipeline.config import ValidateConfig
-from pipeline.dataset.audit import AuditOptions, audit_dataset, audit_row, read_ids, regenerated_positions
+from pipeline.dataset.audit import (
+    AuditOptions,
+    audit_dataset,
+    audit_row,
+    format_audit,
+    read_ids,
+    regenerated_positions,
+)
 from pipeline.dataset.stored import split_inline, split_message
 
 SOURCES = ("forum", "support", "tutoring")
@@ -244,3 +251,11 @@ def test_blocks_in_worker_processes_give_the_report_of_one_process(tmp_path: Pat
     for source in sources:  # line numbers count over the whole file, blocks or not
         n = int(source.rsplit(":", 1)[1])
         assert lines[n - 1].strip(), source
+
+
+def test_a_dataset_without_reasoning_gets_a_hint_about_no_thinking() -> None:
+    """FastChat's dummy conversations (../shared/datasets, read in place) store no reasoning at all."""
+    path = str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fastchat_dummy_conversation.json")
+    text = format_audit(audit_dataset(path, AuditOptions(jobs=1)))
+    assert "hint: 500 rows fail for want of reasoning" in text and "`--no-thinking`" in text
+    assert "hint:" not in format_audit(audit_dataset(path, AuditOptions(thinking=False, jobs=1)))

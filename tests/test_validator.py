@@ -97,3 +97,11 @@ def test_looping_can_be_turned_off() -> None:
     assert validate(comp("Start:\n" + LOOP * 30, "", "length"), off).detail == (
         "finish_reason=length inside reasoning after 10 tokens"
     )
+
+
+def test_a_truncated_turn_without_a_token_count_does_not_say_none() -> None:
+    """An audited dataset's stored turns carry no token counts: the detail leaves the count out."""
+    verdict = validate(Completion(reasoning="r", answer="", finish_reason="length", completion_tokens=None),
+                       ValidateConfig())  # fmt: skip
+    assert verdict.reason == "truncated" and "None" not in verdict.detail
+    assert verdict.detail.startswith("finish_reason=length inside reasoning")

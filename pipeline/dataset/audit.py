@@ -456,4 +456,15 @@ def format_audit(r: dict[str, Any]) -> str:
     for reason, examples in r["examples"].items():
         for ex in examples[:1]:
             lines.append(f"example {reason}: {ex['id']} ({ex['source']}): {ex['detail']}")
-    return "\n".join(lines)
+    return "\n".join(lines + _no_reasoning_hint(r))
+
+
+def _no_reasoning_hint(r: dict[str, Any]) -> list[str]:
+    """When (nearly) every failing row fails only for its missing reasoning, the dataset was made without thinking."""
+    missing = r["by_reason"].get("empty_reasoning", 0)
+    if not r.get("thinking", True) or not r["failing_rows"] or missing < 0.9 * r["failing_rows"]:
+        return []
+    return [
+        f"hint: {missing:,} rows fail for want of reasoning: a dataset made without thinking. `--no-thinking` "
+        "judges the answers alone; a thinking-mode regeneration (regen run, select all) adds the reasoning"
+    ]
