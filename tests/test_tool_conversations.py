@@ -16,6 +16,7 @@ import pytest
 
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig, ValidateConfig
+from pipeline.engine.batch_lines import Unhonoured
 from pipeline.engine.reader import PromptReader
 from pipeline.records import BadInput, Completion, Prompt
 from pipeline.sim import SimConfig, serve
@@ -293,3 +294,15 @@ def test_the_simulator_without_a_parser_leaves_the_call_in_the_text() -> None:
 def test_the_simulator_refuses_a_tool_without_a_function() -> None:
     (body,) = _sim_call(SimConfig(), {**_body(""), "tools": [{"type": "function"}]})
     assert body["code"] == 400 and "tools.0.function: Field required" in body["message"]
+
+
+def test_an_openai_batch_body_sends_its_tools_and_does_not_list_them_as_unhonoured(tmp_path: Path) -> None:
+    body = {"model": "m", "messages": [U1], "tools": [{"type": "function", "function": {"name": "get_weather"}}]}
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    path = tmp_path / "batch.jsonl"
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    (prompt,) = _read(path, format="openai-batch")
+    assert isinstance(prompt, Prompt) and prompt.tools == tuple(body["tools"])
+    unhonoured = Unhonoured(request_overrides=False, model="m")
+    unhonoured.note(line)
+    assert unhonoured.counts == {}

@@ -77,7 +77,7 @@ class Unhonoured:
         if self.counts is None or not isinstance(body, dict):
             return
         for key, value in body.items():
-            if key == "messages" or (key in (*SAMPLING_FIELDS, "n") and self.request_overrides):
+            if key in ("messages", "tools") or (key in (*SAMPLING_FIELDS, "n") and self.request_overrides):
                 continue
             if key == "model" and value == self.model:
                 continue
