@@ -65,3 +65,22 @@ def test_plots_render_in_chromium(tmp_path: Path) -> None:
     for colour in (REASONING_BLUE, ANSWER_ORANGE):
         near = (np.abs(plots - np.array(colour)).max(axis=-1) <= 6).sum()
         assert near > 2000, f"too few {colour} pixels ({near}): a histogram did not render"
+
+
+def test_token_percentiles_are_whole_numbers_and_a_ratio_keeps_two_digits() -> None:
+    from pipeline.inspection.report import _percentiles
+
+    report = {"percentiles_of": 3, "percentiles": {
+        "completion_tokens": {"count": 3, "p1": 78.77, "p10": 80.2, "p50": 1234.5, "p90": 2000.0, "p99": 2100.4,
+                              "mean": 99.5, "max": 2200},
+        "reasoning_answer_ratio": {"count": 3, "p50": 1.234}}}  # fmt: skip
+    html = _percentiles(report)
+    assert ">79<" in html and ">1,234<" in html and "78.77" not in html and ">1.23<" in html
+
+
+def test_the_endpoint_plot_says_so_when_every_rate_is_zero() -> None:
+    from pipeline.inspection.report import _endpoint_bars
+
+    zero = {"reject_rate": 0.0, "empty_answer_rate": 0.0, "repetition_rate": 0.0}
+    ax = _endpoint_bars({"http://a:30000": zero, "http://b:30000": zero}).axes[0]
+    assert ax.get_ylim() == (0.0, 1.0) and "no rejects" in ax.texts[0].get_text()

@@ -83,11 +83,22 @@ def _summary(r: dict[str, Any]) -> str:
 def _percentiles(r: dict[str, Any]) -> str:
     keys = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
     rows = [
-        "<tr><td>" + _e(name) + "</td>" + "".join(f'<td class="n">{_fmt(p.get(k))}</td>' for k in keys) + "</tr>"
+        "<tr><td>"
+        + _e(name)
+        + "</td>"
+        + "".join(f'<td class="n">{_count(name, p.get(k))}</td>' for k in keys)
+        + "</tr>"
         for name, p in r["percentiles"].items()
     ]
     head = "<tr><th></th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>"
     return f"<p>over {r['percentiles_of']} rows</p><table>{head}{''.join(rows)}</table>"
+
+
+def _count(name: str, x: Any) -> str:
+    """A percentile of tokens or characters is a whole number (78.77 tokens reads as a bug); a ratio keeps 2 digits."""
+    if isinstance(x, float) and name != "reasoning_answer_ratio":
+        return f"{round(x):,}"
+    return _fmt(x)
 
 
 def _fmt(x: Any) -> str:
@@ -229,5 +240,8 @@ def _endpoint_bars(groups: dict[str, dict[str, Any]]) -> Figure:
         ax.bar(xs, [groups[n][key] for n in names], width=0.27, label=key.removesuffix("_rate"), color=color)
     ax.set_xticks([j + 0.27 for j in range(len(names))], [n[-24:] for n in names], fontsize=7, rotation=15)
     ax.set_ylabel("share of rows")
+    if not any(groups[n][key] for n in names for key, _ in keys):  # all zero: say so, not an empty -0.04..0.04 frame
+        ax.set_ylim(0, 1)
+        ax.text(0.5, 0.5, "no rejects, empty answers or looping on any endpoint", ha="center", transform=ax.transAxes)
     ax.legend(fontsize=7)
     return fig
