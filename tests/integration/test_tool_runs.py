@@ -31,17 +31,18 @@ LLAMAFACTORY = ROOT.parent / "shared" / "datasets" / "llamafactory"
 GLAIVE = LLAMAFACTORY / "glaive_toolcall_en_demo.json"
 V1_SFT = LLAMAFACTORY / "v1_sft_demo.jsonl"
 MLLM = LLAMAFACTORY / "mllm_demo.json"
+REASON_TOOLS = LLAMAFACTORY / "reason_tool_use_demo_50.jsonl"
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25")
 
 
-def _config(tmp_path: Path, url: str, data: Path, extra: str = "") -> Path:
+def _config(tmp_path: Path, url: str, data: Path, extra: str = "", select: str = "invalid") -> Path:
     cfg = tmp_path / "tools.toml"
     cfg.write_text(
         f"""
 [input]
 path = "{data}"
 dedupe = true
-select = "invalid"
+select = "{select}"
 [output]
 dir = "{tmp_path / "run"}"
 shard_rows = 50
@@ -256,3 +257,30 @@ def test_a_server_without_a_tool_call_parser_is_reported_before_the_run(tmp_path
     (tmp_path / "again").mkdir()
     quiet = regen("run", str(_config(tmp_path / "again", with_parser.url, data)), "--no-progress")
     assert "--tool-call-parser" not in quiet.stderr
+
+
+def test_reason_tool_use_keeps_its_calls_and_regenerates_its_text_turns_as_parts(tmp_path: Path, sim) -> None:
+    server = sim(*SIM, "--mean-output-tokens", "40")
+    # every row: the audit's selection would be mostly the 11 rows that end in a call (nothing to generate there)
+    done = regen("run", str(_config(tmp_path, server.url, REASON_TOOLS, select="all")), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    accepted, rejected = _rows(tmp_path / "run"), _rows(tmp_path / "run", "rejects")
+    assert len(accepted) == 39 and len(rejected) == 11
+    assert all(r["reason"] == "bad_input" and "ends in a tool call" in r["detail"] for r in rejected.values())
+    out = tmp_path / "repaired"
+    done = regen("export", str(tmp_path / "run"), "--format", "repaired", "--original", str(REASON_TOOLS),
+                 "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    original = [json.loads(line) for line in REASON_TOOLS.read_text().splitlines()]
+    repaired = [json.loads(line) for line in (out / REASON_TOOLS.name).read_text().splitlines()]
+    texts = 0
+    for before, after in zip(original, repaired, strict=True):
+        assert after["tools"] == before["tools"]
+        for old, new in zip(before["messages"], after["messages"], strict=True):
+            kinds = [part["type"] for part in old["content"]]
+            if old["role"] != "assistant" or "tool_call" in kinds:
+                assert new == old  # calls (with their reasoning), results, questions: as they were
+            else:
+                assert [part["type"] for part in new["content"]] in (["reasoning", "text"], ["text"])
+                texts += new["content"][-1]["value"] != old["content"][-1]["value"]
+    assert texts >= 39
