@@ -16,6 +16,7 @@ import pytest
 
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig, ValidateConfig
+from pipeline.endpoints.sse import parse_stream
 from pipeline.engine.batch_lines import Unhonoured
 from pipeline.engine.reader import PromptReader
 from pipeline.records import BadInput, Completion, Prompt
@@ -306,3 +307,21 @@ def test_an_openai_batch_body_sends_its_tools_and_does_not_list_them_as_unhonour
     unhonoured = Unhonoured(request_overrides=False, model="m")
     unhonoured.note(line)
     assert unhonoured.counts == {}
+
+
+def test_a_streamed_call_in_pieces_adds_up_to_one_call() -> None:
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+        return b"data: " + orjson.dumps({"id": "x", "model": "m", "choices": [choice]}) + b"\n\n"
+
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"ci'}}
+    rest = {"index": 0, "function": {"arguments": 'ty": "Paris"}'}}
+    body = event({"role": "assistant", "content": ""}) + event({"reasoning_content": "think"})
+    body += (
+        event({"tool_calls": [first]}) + event({"tool_calls": [rest]}) + event({}, "tool_calls") + b"data: [DONE]\n\n"
+    )
+    parsed = parse_stream(body)
+    assert parsed["finish_reason"] == "tool_calls" and parsed["reasoning"] == "think"
+    assert parsed["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
