@@ -5,12 +5,14 @@
     python scripts/import_graph.py --modules       # + every module -> module arrow
     python scripts/import_graph.py --root /tmp/old # another checkout (e.g. `git worktree add /tmp/old 614a7d8`)
     python scripts/import_graph.py --json
+    python scripts/import_graph.py --type-only     # imports under `if TYPE_CHECKING:` count as arrows too
 
 An arrow is one `import`/`from ... import` of a pipeline module by another, counted once per (importer, imported)
 pair; imports inside functions count (they are dependencies all the same) and are shown apart; imports under
-`if TYPE_CHECKING:` do not. A package's `__init__` is not an arrow target for its own submodules' imports of
-siblings. `LAYERS` and `MAY_IMPORT` below are the table of docs/architecture.md; tests/test_architecture.py holds
-the tree to them. Exit status: 1 when there is a circle or an upward import, else 0.
+`if TYPE_CHECKING:` do not, unless `--type-only` says so (the layer rules hold either way). A package's `__init__`
+is not an arrow target for its own submodules' imports of siblings. `LAYERS` and `MAY_IMPORT` below are the table
+of docs/architecture.md; tests/test_architecture.py holds the tree to them. Exit status: 1 when there is a circle
+or an upward import, else 0.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ SHARED = ("errors", "config", "records", "schema", "validator", "conversation", 
 # units only where MAY_IMPORT says so, and lower layers freely within MAY_IMPORT.
 LAYERS: dict[str, int] = {
     "shared": 0,
+    "sglang": 0,  # SGLang's releases: a leaf that imports nothing of regen
     "store": 1,
     "endpoints": 1,
     "sim": 1,
@@ -44,15 +47,18 @@ LAYERS: dict[str, int] = {
 }
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "shared": frozenset({"shared"}),
+    "sglang": frozenset({"sglang"}),
     "store": frozenset({"shared"}),
-    "endpoints": frozenset({"shared"}),
-    "sim": frozenset({"shared"}),
-    "server": frozenset({"shared", "endpoints", "sim"}),
+    "endpoints": frozenset({"shared", "sglang"}),
+    "sim": frozenset({"shared", "sglang"}),
+    "server": frozenset({"shared", "sglang", "endpoints", "sim"}),
     "dataset": frozenset({"shared", "store"}),
     "inspection": frozenset({"shared", "store"}),
-    "engine": frozenset({"shared", "store", "endpoints", "sim", "server", "dataset"}),
-    "cli": frozenset({"shared", "store", "endpoints", "sim", "server", "dataset", "inspection", "engine"}),
-    "api": frozenset({"shared", "store", "endpoints", "sim", "server", "dataset", "inspection", "engine", "cli"}),
+    "engine": frozenset({"shared", "sglang", "store", "endpoints", "sim", "server", "dataset"}),
+    "cli": frozenset({"shared", "sglang", "store", "endpoints", "sim", "server", "dataset", "inspection", "engine"}),
+    "api": frozenset(
+        {"shared", "sglang", "store", "endpoints", "sim", "server", "dataset", "inspection", "engine", "cli"}
+    ),
 }
 
 
@@ -88,7 +94,8 @@ def module_name(root: Path, path: Path) -> str:
 LEGACY_UNITS: dict[str, str] = {
     **dict.fromkeys(("client", "pool", "health", "autosize", "retry"), "endpoints"),
     **dict.fromkeys(("runner", "reader", "dispatcher", "gate", "metrics", "progress", "memory"), "engine"),
-    **dict.fromkeys(("preflight", "verdicts", "sglang_facts", "launch"), "server"),
+    **dict.fromkeys(("preflight", "verdicts", "launch"), "server"),
+    "sglang_facts": "sglang",
     **dict.fromkeys(("export", "card", "input_files"), "dataset"),
     **dict.fromkeys(("merge", "manifest"), "store"),
 }
@@ -104,15 +111,17 @@ def unit_of(module: str) -> str:
     return LEGACY_UNITS.get(parts[1], parts[1])
 
 
-def build_graph(root: Path) -> Graph:
-    """Every module under `root` (the pipeline/ folder) and every arrow between them."""
+def build_graph(root: Path, type_only: bool = False) -> Graph:
+    """Every module under `root` (the pipeline/ folder) and every arrow between them (with `type_only`, the imports
+    under `if TYPE_CHECKING:` as well)."""
     paths = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
     modules = {module_name(root, p): p for p in paths}
     graph = Graph(root=root, modules=sorted(modules))
     seen: dict[tuple[str, str], bool] = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for target, lazy in _imports(ast.parse(path.read_text(), str(path)), name, is_package, modules):
+        tree = ast.parse(path.read_text(), str(path))
+        for target, lazy in _imports(tree, name, is_package, modules, type_only):
             if target != name:
                 key = (name, target)
                 seen[key] = seen.get(key, True) and lazy
@@ -120,9 +129,11 @@ def build_graph(root: Path) -> Graph:
     return graph
 
 
-def _imports(tree: ast.Module, name: str, is_package: bool, modules: dict[str, Path]) -> Iterator[tuple[str, bool]]:
+def _imports(
+    tree: ast.Module, name: str, is_package: bool, modules: dict[str, Path], type_only: bool = False
+) -> Iterator[tuple[str, bool]]:
     here = name if is_package else name.rpartition(".")[0]
-    for node, lazy in _walk(tree, lazy=False):
+    for node, lazy in _walk(tree, lazy=False, type_only=type_only):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == PACKAGE:
@@ -136,13 +147,13 @@ def _imports(tree: ast.Module, name: str, is_package: bool, modules: dict[str, P
                 yield (sub if sub in modules else _existing(base, modules)), lazy
 
 
-def _walk(node: ast.AST, lazy: bool) -> Iterator[tuple[ast.AST, bool]]:
+def _walk(node: ast.AST, lazy: bool, type_only: bool = False) -> Iterator[tuple[ast.AST, bool]]:
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
+        if isinstance(child, ast.If) and _is_type_checking(child.test) and not type_only:
             continue
         inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         yield child, lazy
-        yield from _walk(child, inner)
+        yield from _walk(child, inner, type_only)
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -242,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="a checkout")
     parser.add_argument("--modules", action="store_true", help="print every module -> module arrow")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--type-only", action="store_true", help="count imports under `if TYPE_CHECKING:` too")
     args = parser.parse_args(argv)
-    graph = build_graph(args.root / PACKAGE)
+    graph = build_graph(args.root / PACKAGE, type_only=args.type_only)
     data = summary(graph)
     if args.modules:
         data["module_arrows"] = [

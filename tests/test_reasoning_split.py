@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.endpoints.client import _parse_sse
 from pipeline.endpoints.reasoning import split_reasoning
-from pipeline.sim.args import version_tuple
+from pipeline.sglang.releases import Release
 from pipeline.sim.text import qwen3_message
 
 VERSIONS = ["0.5.9", "0.5.10.post1", "0.5.12", "0.5.14", "0.5.19", "0.5.23"]
@@ -35,7 +35,7 @@ CASES = {
 
 
 def _parser_on(raw: str, thinking: bool, version: str) -> tuple[str | None, str]:
-    reasoning, content = qwen3_message(raw, version_tuple(version), force=thinking)
+    reasoning, content = qwen3_message(raw, Release.of(version), force=thinking)
     return split_reasoning(content or "", reasoning, thinking)
 
 
@@ -87,7 +87,7 @@ def _stream(reasoning: str | None, content: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_streamed_parser_on_and_off_store_the_same_row(case: str, version: str) -> None:
     raw, thinking = CASES[case]
-    reasoning, content = qwen3_message(raw, version_tuple(version), force=thinking)
+    reasoning, content = qwen3_message(raw, Release.of(version), force=thinking)
 
     on = _parse_sse(_body(_stream(reasoning, content or "")), "http://sim")
     off = _parse_sse(_body(_stream(None, raw)), "http://sim")

@@ -16,22 +16,11 @@ reasoning is None, so the stored row is the same either way.
 
 from __future__ import annotations
 
+from ..sglang.releases import THINK_TAG_ONLY_AT_START, TOOL_CALL_CLOSES_REASONING, Release
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 TOOL_CALL = "<tool_call>"
-_NEWEST = (0, 5, 23)
-
-
-def _version(version: str | None) -> tuple[int, int, int]:
-    if not version:
-        return _NEWEST
-    parts = []
-    for piece in str(version).lstrip("v").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    while len(parts) < 3:
-        parts.append(0)
-    return parts[0], parts[1], parts[2]
 
 
 def split_reasoning(
@@ -49,8 +38,8 @@ def qwen3_split(text: str, *, force: bool, version: str | None = None) -> tuple[
     """(reasoning or None, normal text) of raw output `text` under SGLang `version`'s qwen3 parser, unstripped."""
     if not force and THINK_OPEN not in text:
         return None, text
-    v = _version(version)
-    if v < (0, 5, 14):
+    v = Release.of(version)
+    if v < THINK_TAG_ONLY_AT_START:
         body = text.replace(THINK_OPEN, "")
     else:
         body = text
@@ -59,7 +48,7 @@ def qwen3_split(text: str, *, force: bool, version: str | None = None) -> tuple[
     head, sep, tail = body.partition(THINK_CLOSE)
     if sep:
         return head, tail
-    if v >= (0, 5, 14) and TOOL_CALL in body:
+    if v >= TOOL_CALL_CLOSES_REASONING and TOOL_CALL in body:
         at = body.index(TOOL_CALL)
         return body[:at], body[at:]
     return body, ""

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import Config, EndpointConfig
 from ..endpoints.state import PUSHBACK_STATUSES
+from ..sglang.releases import EXTRA_BUFFER_INERT_WITHOUT_RADIX, Release
 from . import server_args
 from .drift_hints import drift_hint
 
@@ -138,7 +139,7 @@ def judge_expect(got: Observed, expectations: list[Expectation]) -> list[dict[st
             and key in server_args.MAMBA_KEYS
             and expected in ("extra_buffer", "extra_buffer_lazy")
             and info.get("disable_radix_cache")
-            and (server_args.version_tuple(version) or (0, 5, 14)) >= (0, 5, 14)
+            and Release.of(version, EXTRA_BUFFER_INERT_WITHOUT_RADIX) >= EXTRA_BUFFER_INERT_WITHOUT_RADIX
         ):
             ok, actual = False, f"{actual} (inert: disable_radix_cache=true)"
         hint = "" if ok else drift_hint(key, expected, actual, info, version)

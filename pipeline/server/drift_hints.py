@@ -9,12 +9,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .server_args import MAMBA_KEYS, SPEC_V2_ENV, version_tuple
+from ..sglang.releases import (
+    EXTRA_BUFFER_REFUSES_RADIX_OFF,
+    MAMBA_FLAG_RENAMED,
+    SPEC_V2_DEFAULT_ON,
+    SPEC_V2_ENV_REMOVED,
+    Release,
+)
+from ..sglang.resolution import SPEC_V2_ENV
+from .server_args import MAMBA_KEYS
 
 
 def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], version: str | None) -> str:
     """Why SGLang may report `actual` where `expected` was asked for, and what to change."""
-    v = version_tuple(version)
+    v = Release.parse(version)
     spec = info.get("speculative_algorithm")
     if key in MAMBA_KEYS:
         return _mamba_hint(key, expected, actual, info, v)
@@ -29,7 +37,7 @@ def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], ve
         )
     if key == "disable_overlap_schedule" and actual:
         why = "mamba no_buffer, NGRAM speculative decoding"
-        if v is None or v < (0, 5, 14):
+        if v is None or v < SPEC_V2_ENV_REMOVED:
             why += f", spec v1 (speculative_eagle_topk > 1 or {SPEC_V2_ENV} off, ≤0.5.12)"
         return f"SGLang turns the overlap schedule off for {why}"
     if key == "max_running_requests" and spec and actual == 48:
@@ -47,17 +55,17 @@ def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], ve
     return "SGLang resolved this server arg differently; compare /server_info with the launch flags"
 
 
-def _mamba_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], v: tuple[int, int, int] | None) -> str:
+def _mamba_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], v: Release | None) -> str:
     flag = "--" + key.replace("_", "-")
     if info.get("disable_radix_cache") and actual == expected:
         return f"{expected} is inert with --disable-radix-cache (≥0.5.14): no mamba state is cached"
     if expected == "extra_buffer" and actual == "no_buffer":
-        if v is not None and v < (0, 5, 14):
-            extra = f" and set {SPEC_V2_ENV}=1" if v < (0, 5, 12) and info.get("speculative_algorithm") else ""
-            if info.get("disable_radix_cache") and v >= (0, 5, 10):
+        if v is not None and v < MAMBA_FLAG_RENAMED:
+            extra = f" and set {SPEC_V2_ENV}=1" if v < SPEC_V2_DEFAULT_ON and info.get("speculative_algorithm") else ""
+            if info.get("disable_radix_cache") and v >= EXTRA_BUFFER_REFUSES_RADIX_OFF:
                 extra += " and drop --disable-radix-cache (0.5.10-0.5.12 refuse extra_buffer with it)"
             return (
-                f"SGLang {'.'.join(map(str, v))} resolves auto (the default) to no_buffer: pass "
+                f"SGLang {v} resolves auto (the default) to no_buffer: pass "
                 f"{flag} extra_buffer explicitly{extra}; a PD decode server (0.5.12) also falls back to no_buffer"
             )
         return (

@@ -135,8 +135,8 @@ def static_check(cfg: Config, version: str | None) -> list[dict[str, Any]]:
 
 
 def _unknown_flags(args: Mapping[str, Any], version: str | None) -> list[dict[str, Any]]:
-    """Flags SGLang `version`'s argparse does not have (it exits 2 on them), from the simulator's flag table."""
-    from ..sim.sglang_flags import flags_of
+    """Flags SGLang `version`'s argparse does not have (it exits 2 on them), from the release's flag table."""
+    from ..sglang.flags import flags_of  # a 280-line table, read only when a launch is checked
 
     try:
         table = flags_of(str(version))

@@ -1,8 +1,8 @@
 """Known-bad launch combinations for a target SGLang version, found before anything starts (`known_bad`), and
 the capacity a launch will have (`expected_capacity`): what `regen launch --dry-run` and preflight's launch
-expectations report. The facts they rest on (key names per version, the spec v2 switch, hybrid models) are
-server_args.py; the resolution and capacity rules of each release are the simulator's (`sim/args.py`,
-`sim/capacity.py`), so the three agree.
+expectations report. Key names per version are server_args.py; the release facts (versions, the spec v2 switch,
+hybrid models, each release's resolution and capacity rules) are `pipeline.sglang`'s, which the simulator plays
+too, so the three agree.
 """
 
 from __future__ import annotations
@@ -10,21 +10,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..sim.args import SimStartupError, architecture_of, is_hybrid, resolve
-from ..sim.capacity import Capacity, capacity
-from .server_args import (
-    MAMBA_KEYS,
-    MAMBA_NEW,
-    MAMBA_OLD,
-    SPEC_V2_ENV,
-    looks_hybrid,
-    same_value,
-    server_key,
-    spec_v2_enabled,
-    version_tuple,
+from ..sglang.capacity import SPEC_DEFAULT_MAX_RUNNING, Capacity, capacity
+from ..sglang.models import architecture_of, is_hybrid, looks_hybrid, supports_extra_buffer
+from ..sglang.releases import (
+    EXTRA_BUFFER_LAZY,
+    EXTRA_BUFFER_REFUSES_RADIX_OFF,
+    MAMBA_FLAG_RENAMED,
+    NO_BUFFER_SPEC_REFUSED,
+    OLD_MAMBA_FLAG_REJECTED,
+    SPEC_V2_DEFAULT_ON,
+    SPEC_V2_ENV_REMOVED,
+    Release,
 )
-
-_EXTRA_BUFFER_NAMES = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3-next")
+from ..sglang.resolution import SPEC_V2_ENV, StartupRefused, resolve, spec_v2_enabled
+from .server_args import MAMBA_KEYS, MAMBA_NEW, MAMBA_OLD, same_value, server_key
 
 
 def known_bad(
@@ -42,7 +41,7 @@ def known_bad(
         for k in args
         if "_" in k
     ]
-    v = version_tuple(version)
+    v = Release.parse(version)
     if v is None:
         problems.append(
             _problem(
@@ -63,7 +62,7 @@ def _refusal(given: Mapping[str, Any], env: Mapping[str, str], version: str) -> 
     """A startup refusal the checks above do not name, found by resolving the args as SGLang `version` would."""
     try:
         resolve(dict(given), version, env)
-    except SimStartupError as exc:
+    except StartupRefused as exc:
         return [_problem("sglang", f"SGLang {version} refuses to start ({exc.kind}: {exc.message})", "see above", True)]
     return []
 
@@ -71,12 +70,12 @@ def _refusal(given: Mapping[str, Any], env: Mapping[str, str], version: str) -> 
 def expected_capacity(args: Mapping[str, Any], env: Mapping[str, str], version: str | None) -> Capacity | None:
     """How many requests a server launched with `args` (flag spellings) will run at once, and what caps it;
     None when the version is unknown or SGLang would refuse the launch."""
-    if version_tuple(version) is None:
+    if Release.parse(version) is None:
         return None
     given = {server_key(k): v for k, v in args.items() if v is not False and v is not None}
     try:
         resolved = resolve(given, str(version), env)
-    except SimStartupError:
+    except StartupRefused:
         return None
     arch = str(resolved.get("architecture") or architecture_of(str(given.get("model_path") or "")))
     return capacity(resolved, str(version), hybrid=is_hybrid(arch), env=env)
@@ -94,10 +93,10 @@ def _strategy(given: Mapping[str, Any]) -> tuple[str | None, str]:
     return None, "auto"
 
 
-def _flag_names(given: Mapping[str, Any], v: tuple[int, int, int]) -> list[dict[str, Any]]:
-    shown = ".".join(map(str, v))
+def _flag_names(given: Mapping[str, Any], v: Release) -> list[dict[str, Any]]:
+    shown = str(v)
     out = []
-    if MAMBA_OLD in given and v >= (0, 5, 23):
+    if MAMBA_OLD in given and v >= OLD_MAMBA_FLAG_REJECTED:
         out.append(
             _problem(
                 "mamba-scheduler-strategy",
@@ -106,7 +105,7 @@ def _flag_names(given: Mapping[str, Any], v: tuple[int, int, int]) -> list[dict[
                 True,
             )
         )
-    elif MAMBA_OLD in given and v >= (0, 5, 14):
+    elif MAMBA_OLD in given and v >= MAMBA_FLAG_RENAMED:
         out.append(
             _problem(
                 "mamba-scheduler-strategy",
@@ -115,7 +114,7 @@ def _flag_names(given: Mapping[str, Any], v: tuple[int, int, int]) -> list[dict[
                 False,
             )
         )
-    if MAMBA_NEW in given and v < (0, 5, 14):
+    if MAMBA_NEW in given and v < MAMBA_FLAG_RENAMED:
         out.append(
             _problem(
                 "mamba-radix-cache-strategy",
@@ -125,7 +124,7 @@ def _flag_names(given: Mapping[str, Any], v: tuple[int, int, int]) -> list[dict[
             )
         )
     strategy = _strategy(given)[1]
-    if strategy == "extra_buffer_lazy" and v < (0, 5, 14):
+    if strategy == "extra_buffer_lazy" and v < EXTRA_BUFFER_LAZY:
         out.append(
             _problem(
                 "mamba-scheduler-strategy", f"extra_buffer_lazy does not exist on {shown}", "use extra_buffer", True
@@ -134,18 +133,18 @@ def _flag_names(given: Mapping[str, Any], v: tuple[int, int, int]) -> list[dict[
     return out
 
 
-def _mamba(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, int]) -> list[dict[str, Any]]:
+def _mamba(given: Mapping[str, Any], env: Mapping[str, str], v: Release) -> list[dict[str, Any]]:
     flag, strategy = _strategy(given)
     model = str(given.get("model_path") or "")
     if model and not looks_hybrid(model):
         return []
-    name = "--" + (flag or (MAMBA_OLD if v < (0, 5, 14) else MAMBA_NEW)).replace("_", "-")
+    name = "--" + (flag or (MAMBA_OLD if v < MAMBA_FLAG_RENAMED else MAMBA_NEW)).replace("_", "-")
     spec = bool(given.get("speculative_algorithm"))
     radix_off = bool(given.get("disable_radix_cache"))
     out = []
-    if strategy == "extra_buffer" and model and not _supports_extra_buffer(model):
+    if strategy == "extra_buffer" and model and not supports_extra_buffer(model):
         out.append(_problem(name, f"{model} does not support extra_buffer", "use no_buffer", True))
-    if v < (0, 5, 14):
+    if v < MAMBA_FLAG_RENAMED:
         out += _mamba_old(env, v, name, strategy, spec, radix_off)
     elif strategy == "no_buffer" and not radix_off and not given.get("disable_overlap_schedule"):
         out.append(
@@ -169,7 +168,7 @@ def _mamba(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, 
 
 
 def _mamba_old(
-    env: Mapping[str, str], v: tuple[int, int, int], name: str, strategy: str, spec: bool, radix_off: bool
+    env: Mapping[str, str], v: Release, name: str, strategy: str, spec: bool, radix_off: bool
 ) -> list[dict[str, Any]]:
     """SGLang ≤0.5.12, where auto means no_buffer: what the strategy does with the radix cache and speculative
     decoding."""
@@ -184,11 +183,11 @@ def _mamba_old(
             )
         )
     out += _old_radix_cache(v, name, strategy, spec, radix_off)
-    if strategy == "extra_buffer" and spec and v < (0, 5, 12) and not spec_v2_enabled(env, v):
+    if strategy == "extra_buffer" and spec and v < SPEC_V2_DEFAULT_ON and not spec_v2_enabled(env, v):
         out.append(
             _problem(
                 SPEC_V2_ENV,
-                f"on {'.'.join(map(str, v))} extra_buffer with speculative decoding needs {SPEC_V2_ENV}=1 "
+                f"on {v} extra_buffer with speculative decoding needs {SPEC_V2_ENV}=1 "
                 "(without it SGLang runs spec v1 with the overlap schedule off)",
                 f'add {SPEC_V2_ENV} = "1" to [launch].env',
                 False,
@@ -197,12 +196,10 @@ def _mamba_old(
     return out
 
 
-def _old_radix_cache(
-    v: tuple[int, int, int], name: str, strategy: str, spec: bool, radix_off: bool
-) -> list[dict[str, Any]]:
+def _old_radix_cache(v: Release, name: str, strategy: str, spec: bool, radix_off: bool) -> list[dict[str, Any]]:
     """The strategies SGLang 0.5.9-0.5.12 refuses, or quietly undoes, with the radix cache on or off."""
     out = []
-    if strategy == "extra_buffer" and radix_off and v >= (0, 5, 10):
+    if strategy == "extra_buffer" and radix_off and v >= EXTRA_BUFFER_REFUSES_RADIX_OFF:
         out.append(
             _problem(
                 name,
@@ -213,14 +210,14 @@ def _old_radix_cache(
         )
     if strategy not in ("auto", "no_buffer") or not spec or radix_off:
         return out
-    if v >= (0, 5, 10):
+    if v >= NO_BUFFER_SPEC_REFUSED:
         out.append(
             _problem(
                 name,
                 "no_buffer (auto) with speculative decoding and the radix cache is refused on 0.5.10-0.5.12 "
                 "(ValueError at start)",
                 f"pass {name} extra_buffer"
-                + (f" and {SPEC_V2_ENV}=1" if v < (0, 5, 12) else "")
+                + (f" and {SPEC_V2_ENV}=1" if v < SPEC_V2_DEFAULT_ON else "")
                 + ", or disable-radix-cache = true",
                 True,
             )
@@ -237,9 +234,9 @@ def _old_radix_cache(
     return out
 
 
-def _speculative(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int, int, int]) -> list[dict[str, Any]]:
+def _speculative(given: Mapping[str, Any], env: Mapping[str, str], v: Release) -> list[dict[str, Any]]:
     out = []
-    if SPEC_V2_ENV in env and v >= (0, 5, 14):
+    if SPEC_V2_ENV in env and v >= SPEC_V2_ENV_REMOVED:
         out.append(
             _problem(
                 SPEC_V2_ENV,
@@ -262,11 +259,11 @@ def _speculative(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int,
                 False,
             )
         )
-    if isinstance(topk, int) and topk > 1 and v < (0, 5, 12) and spec_v2_enabled(env, v):
+    if isinstance(topk, int) and topk > 1 and v < SPEC_V2_DEFAULT_ON and spec_v2_enabled(env, v):
         out.append(
             _problem(
                 "speculative-eagle-topk",
-                f"with {SPEC_V2_ENV}=1, SGLang {'.'.join(map(str, v))} refuses speculative-eagle-topk {topk}: "
+                f"with {SPEC_V2_ENV}=1, SGLang {v} refuses speculative-eagle-topk {topk}: "
                 "'Spec v2 currently only supports topk = 1 for speculative decoding.' (ValueError at start)",
                 f"set speculative-eagle-topk = 1, or drop {SPEC_V2_ENV} (spec v1: the overlap scheduler off)",
                 True,
@@ -285,7 +282,7 @@ def _speculative(given: Mapping[str, Any], env: Mapping[str, str], v: tuple[int,
 
 
 def _expectations(
-    given: Mapping[str, Any], expect: Mapping[str, Any], v: tuple[int, int, int] | None, concurrency: int | None
+    given: Mapping[str, Any], expect: Mapping[str, Any], v: Release | None, concurrency: int | None
 ) -> list[dict[str, Any]]:
     out = []
     spec = given.get("speculative_algorithm")
@@ -295,7 +292,7 @@ def _expectations(
         launched = given.get(key)
         if key in MAMBA_KEYS:
             launched = _strategy(given)[1]
-            if launched == "auto" and wanted == "extra_buffer" and v is not None and v < (0, 5, 14):
+            if launched == "auto" and wanted == "extra_buffer" and v is not None and v < MAMBA_FLAG_RENAMED:
                 out.append(
                     _problem(
                         flag,
@@ -314,18 +311,14 @@ def _expectations(
                     False,
                 )
             )
-    if spec and "max_running_requests" not in given and concurrency and concurrency > 48:
+    if spec and "max_running_requests" not in given and concurrency and concurrency > SPEC_DEFAULT_MAX_RUNNING:
         out.append(
             _problem(
                 "max-running-requests",
-                f"with speculative decoding SGLang runs at most 48 requests, "
+                f"with speculative decoding SGLang runs at most {SPEC_DEFAULT_MAX_RUNNING} requests, "
                 f"the endpoint is configured for {concurrency}",
                 f"set max-running-requests = {concurrency}, or lower endpoints.concurrency",
                 False,
             )
         )
     return out
-
-
-def _supports_extra_buffer(model_path: str) -> bool:
-    return any(tag in model_path.lower() for tag in _EXTRA_BUFFER_NAMES)

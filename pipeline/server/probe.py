@@ -23,7 +23,7 @@ from ..endpoints.retry import RetryPolicy
 from ..endpoints.state import PUSHBACK_STATUSES
 from ..endpoints.transport import Reply
 from ..errors import RequestError, RetryableRequestError
-from . import server_args
+from ..sglang.releases import RETURN_META_INFO, Release
 from .control import Control, Sleep
 
 PROBE_RID_PREFIX = "regen-probe-"
@@ -44,8 +44,8 @@ async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPoli
         "separate_reasoning": gen.separate_reasoning,
         "chat_template_kwargs": {"enable_thinking": gen.thinking},
     }
-    v = server_args.version_tuple(version)
-    if v is not None and v >= (0, 5, 14):
+    v = Release.parse(version)
+    if v is not None and v >= RETURN_META_INFO:
         body["return_meta_info"] = True
     rids: list[str] = []
 

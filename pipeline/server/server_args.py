@@ -7,21 +7,22 @@ Pure data and pure functions, of two kinds:
 - what a `/server_info` says beyond its keys: the configuration fingerprint, the effective concurrency, the
   speculative accept length;
 Known-bad launch combinations for a target version are launch_rules.py; why SGLang reports a value other than the
-one asked for is drift_hints.py.
+one asked for is drift_hints.py. The release facts they all rest on (versions, hybrid models, the capacity rule,
+the resolution of flags) are `pipeline.sglang`'s.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..sim.capacity import Capacity, capacity
+from ..sglang.capacity import Capacity, capacity
+from ..sglang.models import looks_hybrid
+from ..sglang.releases import MAMBA_FLAG_RENAMED, Release
 
 MAMBA_OLD = "mamba_scheduler_strategy"
 MAMBA_NEW = "mamba_radix_cache_strategy"
 MAMBA_KEYS = (MAMBA_OLD, MAMBA_NEW)
-SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 
 # Flags whose argparse destination is not the flag name with dashes turned into underscores.
 _FLAG_ALIASES = {"model": "model_path", "tp": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size"}
@@ -33,26 +34,14 @@ DERIVED_KEYS = frozenset({"effective_max_running_requests", "spec_accept_length"
 AT_LEAST_KEYS = frozenset({"effective_max_running_requests", "spec_accept_length"})
 # Values SGLang reports under another name without changing anything.
 _EQUIVALENT = {("speculative_algorithm", "NEXTN"): "EAGLE"}
-_HYBRID_NAMES = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3-next", "nemotron-h", "falcon-h1", "granite-4")
-
-
-def version_tuple(version: str | None) -> tuple[int, int, int] | None:
-    """'0.5.10.post1' → (0, 5, 10); None or an unparsable string → None."""
-    if not version:
-        return None
-    found = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
-    if not found:
-        return None
-    major, minor, patch = found.groups()
-    return int(major), int(minor), int(patch or 0)
 
 
 def mamba_key(version: str | None) -> str | None:
     """The /server_info key of the mamba strategy for `version` (None when the version is unknown)."""
-    v = version_tuple(version)
+    v = Release.parse(version)
     if v is None:
         return None
-    return MAMBA_OLD if v < (0, 5, 14) else MAMBA_NEW
+    return MAMBA_OLD if v < MAMBA_FLAG_RENAMED else MAMBA_NEW
 
 
 def server_key(name: str) -> str:
@@ -110,19 +99,6 @@ def _as_bool(value: Any) -> bool | None:
     if _is_number(value):
         return bool(value)
     return None
-
-
-def looks_hybrid(model_path: str) -> bool:
-    """Whether a model path names a hybrid (mamba / linear-attention) architecture, by its name."""
-    return any(tag in model_path.lower() for tag in _HYBRID_NAMES)
-
-
-def spec_v2_enabled(env: Mapping[str, str], version: tuple[int, int, int]) -> bool:
-    """SGLANG_ENABLE_SPEC_V2 as SGLang ≤0.5.12 reads it (default off before 0.5.12, on in 0.5.12)."""
-    raw = env.get(SPEC_V2_ENV)
-    if raw is None:
-        return version >= (0, 5, 12)
-    return raw.strip().lower() in ("1", "true", "yes", "on")
 
 
 # ---------------------------------------------------------------- reading /server_info

@@ -9,10 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .args import MAMBA_STRATEGIES, VERSIONS, SimStartupError, check_flags, check_spec_algorithm
-from .sglang_flags import Flag, all_flags, flags_of
+from ..sglang.flags import Flag, all_flags, flags_of
+from ..sglang.releases import EMULATED
+from ..sglang.resolution import MAMBA_STRATEGIES, check_flags, check_spec_algorithm
+from ..sglang.resolution import StartupRefused as SimStartupError
 
-# Fields that are SGLang server_args (passed to `args.resolve`); the rest are simulator knobs.
+# Fields that are SGLang server_args (passed to `pipeline.sglang.resolution.resolve`); the rest are simulator knobs.
 SERVER_ARG_FIELDS = (
     "model_path",
     "served_model_name",
@@ -130,7 +132,7 @@ class SimConfig:
         return config if env is None else config.replace(env=dict(env))
 
     def server_args(self) -> dict[str, Any]:
-        """The launch args in server_args names, as `args.resolve` takes them (modeled ones, then the rest)."""
+        """The launch args in server_args names, as `resolve` takes them (modeled ones, then the rest)."""
         return {**self.extra_args, **{name: getattr(self, name) for name in SERVER_ARG_FIELDS}}
 
     def replace(self, **changes: Any) -> SimConfig:
@@ -234,7 +236,7 @@ def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_simulator_flags(parser: argparse.ArgumentParser) -> None:
     s = parser.add_argument_group("simulator")
-    s.add_argument("--sim-version", choices=VERSIONS, help="SGLang version to emulate (default 0.5.23)")
+    s.add_argument("--sim-version", choices=tuple(EMULATED), help="SGLang version to emulate (default 0.5.23)")
     s.add_argument("--sim-architecture", help="HF architecture to pretend (default: derived from --model-path)")
     s.add_argument("--decode-rate", type=float, help="aggregate decode tokens/s at a full batch (default 0: instant)")
     s.add_argument(

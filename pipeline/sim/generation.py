@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..sglang.releases import STREAM_ABORT_ERROR_CHUNK, STREAM_VALIDATION_AS_STATUS
 from . import protocol as p
 from . import text
 from .admitted import Admitted, json_response
@@ -66,12 +67,14 @@ def _error(sim: Sim, route: str, exc: p.ApiError, stream: bool) -> web.Response:
     sim.stats.errors[str(exc.status)] += 1
     if route == "generate":
         return json_response(orjson.dumps({"error": {"message": exc.message}}), exc.status)
-    if stream and sim.v < (0, 5, 10) and exc.status == 400:
+    if stream and sim.v < STREAM_VALIDATION_AS_STATUS and exc.status == 400:
         # 0.5.9 validates inside the stream: HTTP 200, an error event, then [DONE].
         return _sse_response(p.sse({"error": exc.body()}) + p.DONE)
     if stream and exc.status == 503:
         # An abort with a status code after the 200: an error event (0.5.9: a normal abort finish), then [DONE].
-        return _sse_response(p.sse(exc.stream_body() if sim.v >= (0, 5, 10) else _abort_chunk(route)) + p.DONE)
+        return _sse_response(
+            p.sse(exc.stream_body() if sim.v >= STREAM_ABORT_ERROR_CHUNK else _abort_chunk(route)) + p.DONE
+        )
     return json_response(orjson.dumps(exc.body()), exc.status)
 
 

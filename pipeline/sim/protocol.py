@@ -12,6 +12,16 @@ from typing import Any
 
 import orjson
 
+from ..sglang.releases import (
+    COMPLETION_TOKENS_DETAILS_KEY,
+    CONTENT_EMPTY_STRING,
+    FORCE_NONEMPTY_CONTENT,
+    REASONING_TOKENS_COUNTED,
+    REASONING_TOKENS_DETAILS,
+    RETURN_META_INFO,
+    RETURN_SPEC_TOKENS_DETAILS,
+    SERVED_NAME_WITH_COLON,
+)
 from . import text
 from .text import EOS_TOKEN_ID, THINK_END, Plan
 from .tool_calls import check_tools, tool_call_text, tool_calls, tool_marker
@@ -169,7 +179,7 @@ def check_context(prompt_tokens: int, max_new: int | None, context: int) -> int:
 
 
 def _check_model(model: str, served: str, version: tuple[int, ...]) -> None:
-    if ":" not in model or model.startswith(served + ":") or (version >= (0, 5, 23) and model == served):
+    if ":" not in model or model.startswith(served + ":") or (version >= SERVED_NAME_WITH_COLON and model == served):
         return
     adapter = model.split(":", 1)[1]
     raise ApiError(
@@ -229,9 +239,11 @@ def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | No
         force_reasoning=parser is not None and (parser in ALWAYS_FORCE_PARSERS or enable_thinking is not False),
         separate_reasoning=parser is not None and (plain or body.get("separate_reasoning", True) is not False),
         stream_reasoning=plain or body.get("stream_reasoning", True) is not False,
-        force_nonempty_content=not plain and bool(kwargs.get("force_nonempty_content")) and v >= (0, 5, 23),
-        return_meta_info=not plain and bool(body.get("return_meta_info")) and v >= (0, 5, 14),
-        return_spec_details=not plain and bool(body.get("return_spec_tokens_details")) and v >= (0, 5, 19),
+        force_nonempty_content=not plain and bool(kwargs.get("force_nonempty_content")) and v >= FORCE_NONEMPTY_CONTENT,
+        return_meta_info=not plain and bool(body.get("return_meta_info")) and v >= RETURN_META_INFO,
+        return_spec_details=not plain
+        and bool(body.get("return_spec_tokens_details"))
+        and v >= RETURN_SPEC_TOKENS_DETAILS,
         prompt_tokens=prompt_tokens,
         tools=tools,
         tool_marker=tool_marker(messages),
@@ -332,7 +344,7 @@ def split(req: GenRequest, plan: Plan, tokens: int) -> tuple[str | None, str]:
 
 
 def reasoning_tokens(req: GenRequest, outcome: Outcome, v: tuple[int, ...]) -> int:
-    if v < (0, 5, 10) or not req.separate_reasoning or not req.force_reasoning:
+    if v < REASONING_TOKENS_COUNTED or not req.separate_reasoning or not req.force_reasoning:
         return 0
     plan = outcome.plan
     through_end = plan.reasoning_tokens + (plan.content_tokens if plan.answer_in_reasoning else 1)
@@ -348,8 +360,10 @@ def usage(req: GenRequest, outcome: Outcome, v: tuple[int, ...], cached: int | N
         "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
         "reasoning_tokens": rt,
     }
-    if v > (0, 5, 9):
-        body["completion_tokens_details"] = {"reasoning_tokens": rt} if rt > 0 and v > (0, 5, 19) else None
+    if v >= COMPLETION_TOKENS_DETAILS_KEY:
+        body["completion_tokens_details"] = (
+            {"reasoning_tokens": rt} if rt > 0 and v >= REASONING_TOKENS_DETAILS else None
+        )
     return body
 
 
@@ -371,10 +385,10 @@ def chat_message(req: GenRequest, outcome: Outcome, v: tuple[int, ...]) -> dict[
     reasoning, content = split(req, outcome.plan, outcome.tokens)
     if req.force_nonempty_content and not content and reasoning:
         content, reasoning = reasoning, None
-    if v < (0, 5, 14) and req.separate_reasoning and (req.force_reasoning or outcome.plan.thinking):
+    if v < CONTENT_EMPTY_STRING and req.separate_reasoning and (req.force_reasoning or outcome.plan.thinking):
         content = content.strip()  # up to 0.5.12 the parser strips the text it splits (`detect_and_parse`)
     shown: str | None = content
-    if not content and v < (0, 5, 14):
+    if not content and v < CONTENT_EMPTY_STRING:
         shown = None  # up to 0.5.12 an empty content is null (`serving_chat.py`: `text if text else None`)
     return {"role": "assistant", "content": shown, "reasoning_content": reasoning}
 
@@ -391,7 +405,7 @@ def chat_response(
     }
     if req.tool_call is not None and outcome.finish == "stop":  # the answer is a call
         if req.tool_parser:  # SGLang's _process_tool_calls: the call parsed out, finish_reason tool_calls
-            choice["message"].update(content="" if v >= (0, 5, 14) else None, tool_calls=tool_calls(req, rid))
+            choice["message"].update(content="" if v >= CONTENT_EMPTY_STRING else None, tool_calls=tool_calls(req, rid))
             choice.update(finish_reason="tool_calls", matched_stop=None)
         else:
             choice["message"]["content"] = tool_call_text(req)

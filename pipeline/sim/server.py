@@ -18,8 +18,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..sglang.releases import READY_ROUTE
+from ..sglang.resolution import StartupRefused as SimStartupError
 from . import protocol as p
-from .args import SimStartupError
 from .config import SimConfig, add_arguments, config_from_args
 from .generation import SIM, chat, completions, generate
 from .state import Sim
@@ -52,7 +53,7 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _ready(request: web.Request) -> web.Response:
-    if request.app[SIM].v < (0, 5, 23):
+    if request.app[SIM].v < READY_ROUTE:
         raise web.HTTPNotFound()
     return web.Response(status=200 if request.app[SIM].healthy() else 503)
 

@@ -16,20 +16,23 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from . import text
-from .args import (
-    architecture_of,
-    default_context_length,
-    effective_max_running,
+from ..sglang.flags import flags_of
+from ..sglang.models import architecture_of, default_context_length
+from ..sglang.releases import (
+    LAUNCH_COMMAND_KEY,
+    LINEAR_ATTN_BACKEND_KEY,
+    MODEL_INFO_FULL,
+    SPEC_ACCEPT_KEYS_RENAMED,
+    STREAM_CHUNKS_MSGSPEC,
+    Release,
     reported_version,
-    resolve,
-    version_tuple,
 )
+from ..sglang.resolution import effective_max_running, resolve
+from . import text
 from .config import SimConfig
 from .engine import Engine, Job
 from .faults import FaultPlan, in_burst
 from .prefix_cache import PrefixCache
-from .sglang_flags import flags_of
 from .stats import Stats
 
 MAX_TOTAL_NUM_TOKENS = 1_048_576
@@ -72,7 +75,7 @@ class Sim:
         self.warnings: list[str] = resolved.pop("_warnings", [])
         self.arch = str(resolved.pop("architecture") or architecture_of(config.model_path))
         self.resolved = resolved
-        self.v = version_tuple(config.version)
+        self.v = Release.of(config.version)
         self.context = int(resolved.get("context_length") or default_context_length(self.arch))
         self.served = str(resolved["served_model_name"])
         self.max_running = effective_max_running(
@@ -103,7 +106,7 @@ class Sim:
             p_stall=config.p_stall,
         )
         self.stats = Stats()
-        self.old_shape = config.old_stream_shape or self.v < (0, 5, 10)
+        self.old_shape = config.old_stream_shape or self.v < STREAM_CHUNKS_MSGSPEC
         self.spec = resolved.get("speculative_algorithm")
         self.spec_tokens = 0
         self.spec_verify = 0
@@ -178,7 +181,7 @@ class Sim:
         self.spec_verify += verify
         correct = tokens - verify
         rate = correct / (verify * (draft - 1)) if draft > 1 else 0.0
-        if self.v < (0, 5, 10):
+        if self.v < SPEC_ACCEPT_KEYS_RENAMED:
             return {
                 "spec_accept_rate": rate,
                 "spec_accept_length": tokens / verify,
@@ -223,8 +226,8 @@ class Sim:
     def server_info(self) -> dict[str, Any]:
         """Every server arg of the emulated release at its resolved value, then the scheduler's facts.
 
-        Keys follow the release's flag table (`sglang_flags`): a flag's default unless it was given or resolved;
-        what SGLang computes from GPU memory when unset (mem_fraction_static, chunked_prefill_size) gets a
+        Keys follow the release's flag table (`pipeline.sglang.flags`): a flag's default unless it was given or
+        resolved; what SGLang computes from GPU memory when unset (mem_fraction_static, chunked_prefill_size) gets a
         plausible stand-in."""
         args: dict[str, Any] = {flag.dest: flag.default for flag in flags_of(self.config.version).values()}
         args.pop("tensor_parallel_size", None), args.pop("data_parallel_size", None)
@@ -240,7 +243,7 @@ class Sim:
             random_seed=self.resolved.get("random_seed", self.config.seed),
             mamba_track_interval=self.resolved.get("mamba_track_interval", 256),
         )
-        if self.v < (0, 5, 14):
+        if self.v < LINEAR_ATTN_BACKEND_KEY:
             args.pop("linear_attn_backend", None)
         else:
             args.setdefault("linear_attn_backend", "triton")
@@ -254,7 +257,7 @@ class Sim:
             "internal_states": [self.internal_state()],
             "version": reported_version(self.config.version),
         }
-        if self.v >= (0, 5, 23):
+        if self.v >= LAUNCH_COMMAND_KEY:
             info.update(launch_command=self.launch_command(), frontend="python")
         return info
 
@@ -277,7 +280,7 @@ class Sim:
             "model_type": "qwen3_5" if "Qwen3_5" in self.arch else "qwen3",
             "architectures": [self.arch],
         }
-        if self.v >= (0, 5, 10):
+        if self.v >= MODEL_INFO_FULL:
             info.update(
                 served_model_name=self.served,
                 load_format="auto",

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from ..sglang.releases import THINK_TAG_ONLY_AT_START
+
 CHARS_PER_TOKEN = 4
 THINK_END = "</think>"
 EOS_TOKEN_ID = 151645  # Qwen <|im_end|>
@@ -235,7 +237,7 @@ def qwen3_message(raw: str, v: tuple[int, ...], force: bool) -> tuple[str | None
     reasoning. An empty reasoning is null everywhere."""
     if not force and "<think>" not in raw:
         return None, raw
-    if v < (0, 5, 14):
+    if v < THINK_TAG_ONLY_AT_START:
         body = raw.replace("<think>", "").strip()
         if THINK_END not in body:
             return body or None, None

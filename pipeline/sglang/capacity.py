@@ -23,17 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .releases import MAMBA_SKIP_DECODE_LOCK, MAMBA_SLOTS_BY_OVERLAP, Release
+
 SPEC_DEFAULT_MAX_RUNNING = 48
 _BASE_SLOTS = 3
 _SKIP_DECODE_LOCK_ENV = "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"
-
-
-def _v(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in str(version).lstrip("v").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 def _on(env: Mapping[str, str], name: str) -> bool:
@@ -49,14 +43,14 @@ def mamba_slots_per_request(resolved: Mapping[str, Any], version: str, env: Mapp
     """The mamba state slots one running request holds on SGLang `version` with these resolved args."""
     if resolved.get("disable_radix_cache"):
         return 1
-    v = _v(version)
+    v = Release.of(version)
     strategy = mamba_strategy(resolved)
     extra = strategy in ("extra_buffer", "extra_buffer_lazy")
-    skip = v >= (0, 5, 19) and _on(env or {}, _SKIP_DECODE_LOCK_ENV)
+    skip = v >= MAMBA_SKIP_DECODE_LOCK and _on(env or {}, _SKIP_DECODE_LOCK_ENV)
     base = _BASE_SLOTS - (1 if skip else 0)
     if not extra:
         return base + (1 if skip else 0)
-    if v < (0, 5, 10):
+    if v < MAMBA_SLOTS_BY_OVERLAP:
         return base + (1 if resolved.get("speculative_algorithm") else 2)
     overlap = not resolved.get("disable_overlap_schedule")
     if strategy == "extra_buffer_lazy" and overlap:
@@ -136,7 +130,7 @@ def _conditions(resolved: Mapping[str, Any], version: str, slots: int) -> str:
     parts = [mamba_strategy(resolved)]
     if resolved.get("speculative_algorithm"):
         parts.append("speculative decoding")
-    if _v(version) >= (0, 5, 10):
+    if Release.of(version) >= MAMBA_SLOTS_BY_OVERLAP:
         parts.append("the overlap scheduler " + ("off" if resolved.get("disable_overlap_schedule") else "on"))
     return f"{slots} slots per request with " + (
         ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]

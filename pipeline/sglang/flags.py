@@ -1,4 +1,5 @@
-"""Every launch flag of each emulated SGLang release, so `regen sim` accepts exactly what that release accepts.
+"""Every launch flag of each SGLang release regen knows: `regen sim` accepts exactly what its release accepts, and
+`regen launch` warns about a flag the target release's argparse would refuse.
 
 The table lists, per release, each flag's name, how many values it takes and its argparse destination and literal
 default where they are not the obvious ones. It was read with `ast` (nothing imported) from the release wheels'
