@@ -4,8 +4,11 @@
     ├── ConfigError                 exit 2   bad config file, unknown key, wrong type, bad --set
     ├── InputError                  exit 2   unreadable input, duplicate ids
     ├── OutputError                 exit 2   RUN_DIR unwritable, disk full, config drift on resume
-    │   └── ConfigDriftError        exit 2   resume with a different generation config
+    │   ├── ConfigDriftError        exit 2   resume with a different generation config
+    │   ├── StoreUnavailableError   exit 3   the object store did not answer within the retry window (store/objects.py)
+    │   └── CommitLogLostError      exit 3   the bucket lost commit-log records this run relies on (store/commitlog.py)
     ├── LockedError                 exit 4   another live process holds this worker's share of RUN_DIR
+    │   └── LeaseLostError          exit 4   this worker's lease in the bucket was taken or went unrenewed
     ├── EndpointError               exit 3   no usable endpoint
     │   ├── PreflightError          exit 3   an endpoint is configured differently from [expect]
     │   ├── FatalEndpointError      exit 3   401/403/404-model: no retry will help
@@ -44,7 +47,25 @@ class ConfigDriftError(OutputError):
     exit_code = 2
 
 
+class StoreUnavailableError(OutputError):
+    """The object store kept failing (connections dropped, 5xx) for the whole retry window: retry later."""
+
+    exit_code = 3
+
+
+class CommitLogLostError(OutputError):
+    """The bucket no longer holds commit-log records this run read (emptied, restored, `_regen/log/` deleted)."""
+
+    exit_code = 3
+
+
 class LockedError(RegenError):
+    exit_code = 4
+
+
+class LeaseLostError(LockedError):
+    """Another process took this worker's lease, or it went unrenewed for a whole ttl: the run stops."""
+
     exit_code = 4
 
 

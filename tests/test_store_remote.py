@@ -18,7 +18,7 @@ import pytest
 from pipeline.errors import ConfigError, InputError, LockedError, OutputError
 from pipeline.store import RunStore, commitlog
 from pipeline.store import synthetic as syn
-from pipeline.store.objects import S3Objects, parse_uri, uri_text
+from pipeline.store.objects import WRITER_MARK, S3Objects, parse_uri, uri_text
 from pipeline.store.remote import local_copy, prepare_output
 from tests.objectstore import BUCKET, S3Server, serve_s3
 from tests.store_writers import Writer, outcome
@@ -109,7 +109,8 @@ def _orphan(s3: S3Server, name: str) -> None:
     table = pa.table({"id": ["orphan-1", "orphan-2"]})
     sink = io.BytesIO()
     pq.write_table(table, sink)
-    s3.client().put_object(Bucket=BUCKET, Key=f"runs/r1/shards/{name}", Body=sink.getvalue())
+    # an upload of regen's carries its mark (objects.WRITER_MARK): only those are ever cleaned up
+    s3.client().put_object(Bucket=BUCKET, Key=f"runs/r1/shards/{name}", Body=sink.getvalue(), Metadata=WRITER_MARK)
 
 
 def test_orphan_uploads_are_invisible_and_cleaned_by_their_worker(s3: S3Server, tmp_path: Path) -> None:

@@ -22,14 +22,15 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
-from ..errors import OutputError
+from ..errors import CommitLogLostError, OutputError
 from .objects import ConditionFailed, Objects
 
 LOG = "_regen/log/"
+LOST_AFTER_S = 3600.0  # a part this old with no record at all is not an upload whose first commit is under way
 _RECORD = re.compile(r"(\d{12})\.json$")
 
 
@@ -65,20 +66,44 @@ def record_key(objects: Objects, n: int) -> str:
 
 
 def catch_up(objects: Objects, log: Log) -> Log:
-    """`log` brought up to the newest record (records after `log.n` are read, in order)."""
-    numbers = sorted(
-        n
-        for key, _, _ in objects.listing(objects.uri.key(LOG))
-        if (m := _RECORD.search(key)) and (n := int(m[1])) > log.n
-    )
-    for n in numbers:
-        if n != log.n + 1:
-            break  # a gap: record n-1 is being written right now; the next catch_up reads on from here
+    """`log` brought up to the newest record (records after `log.n` are read, in order). CommitLogLostError when
+    the bucket lost records: the one `log` ends at, any before a later one (a writer takes n + 1 only after record
+    n exists, so a gap is a loss), or all of them under parts older than any commit takes."""
+    listed = {int(m[1]) for key, _, _ in objects.listing(objects.uri.key(LOG)) if (m := _RECORD.search(key))}
+    if log.n >= 0 and log.n not in listed:
+        _lost(objects, f"record {log.n:012d}, which this node read, is gone")
+    expected = log.n + 1
+    for n in sorted(k for k in listed if k > log.n):
+        if n != expected:
+            _lost(objects, f"records {expected:012d} to {n - 1:012d} are missing before {n:012d}")
         got = objects.get(record_key(objects, n))
         if got is None:
-            break
+            _lost(objects, f"record {n:012d} was listed, then gone")
         log.apply(n, orjson.loads(got[0]))
+        expected = n + 1
+    if log.n < 0:
+        _check_no_parts(objects)
     return log
+
+
+def _check_no_parts(objects: Objects) -> None:
+    """No record at all: parts older than any commit takes mean the log was lost, not that nothing was committed
+    (an upload whose first record is still being written is young)."""
+    old = time.time() - LOST_AFTER_S
+    for kind in ("shards/", "rejects/"):
+        if any(
+            modified < old for key, modified, _ in objects.listing(objects.uri.key(kind)) if key.endswith(".parquet")
+        ):
+            _lost(objects, f"it has no record, but {kind} holds parts")
+
+
+def _lost(objects: Objects, what: str) -> NoReturn:
+    raise CommitLogLostError(
+        f"{objects.uri}: the bucket lost its commit log ({what}): it was emptied, restored from an older copy, or "
+        f"{LOG} was deleted, so it no longer says which parts are committed. Nothing more was written. To recover, "
+        f"restore {LOG} from a backup of the bucket; or keep the parts this node holds (the working copy under "
+        "output.journal_dir: its shards/ and rejects/) and start the run over at a new output.dir"
+    )
 
 
 def commit(objects: Objects, log: Log, add: dict[str, dict[str, int]], remove: list[str]) -> Log:

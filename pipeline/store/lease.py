@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import LockedError, OutputError
+from ..errors import LeaseLostError, LockedError, OutputError
 from .objects import ConditionFailed, Objects
 
 LEASES = "_regen/leases/"
@@ -77,11 +77,13 @@ class Lease:
         self._thread.start()
 
     def check(self) -> None:
-        """OutputError if the lease was lost (another process took it, or it went unrenewed for a ttl)."""
+        """LeaseLostError (exit 4) if another process took the lease. One unrenewed for a whole ttl (the store
+        was down) is renewed here first: If-Match on its ETag proves nobody took it meanwhile; a store still down
+        after the retry window is StoreUnavailableError (exit 3)."""
         if self._lost is None and self.held and time.monotonic() - self._renewed > self.ttl_s:
-            self._lost = f"not renewed for {self.ttl_s:.0f} s"
+            self._renew()
         if self._lost is not None:
-            raise OutputError(
+            raise LeaseLostError(
                 f"{self.objects.uri}: lost the lease on {self.name} ({self._lost}); another process may run this "
                 "worker now. Stopped before committing more; rerun to resume"
             )
@@ -101,19 +103,23 @@ class Lease:
                 pass  # lost or unreachable: it expires on its own
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            with self._io:
-                if self._etag is None:
-                    return
-                role, note = self._note
-                try:
-                    self._etag = self.objects.put(self.key, self._body(role, note), if_match=self._etag)
-                    self._renewed = time.monotonic()
-                except ConditionFailed:
-                    self._lost = "another process took it"
-                    return
-                except OutputError:
-                    continue  # the store is unreachable for now: `check` stops the run after a whole ttl
+        while not self._stop.wait(self.ttl_s / 3) and self._lost is None:
+            try:
+                self._renew()
+            except OutputError:
+                continue  # the store is unreachable for now: `check` renews (or stops the run) after a whole ttl
+
+    def _renew(self) -> None:
+        """Put the lease again with If-Match on its ETag; a lost condition (replaced, or deleted) means lost."""
+        with self._io:
+            if self._etag is None or self._lost is not None:
+                return
+            role, note = self._note
+            try:
+                self._etag = self.objects.put(self.key, self._body(role, note), if_match=self._etag)
+                self._renewed = time.monotonic()
+            except ConditionFailed:
+                self._lost = "another process took it, or the lease object is gone"
 
     def _body(self, role: str, note: dict[str, Any]) -> bytes:
         now = time.time()

@@ -246,7 +246,9 @@ class RemoteRun:
             return len(add)
 
     def clean_orphans(self, workers: set[int]) -> int:
-        """Delete uploads no record commits: any of `workers` (whose leases the caller holds) and any old one."""
+        """Delete uploads no record commits: any of `workers` (whose leases the caller holds) and any old one,
+        only when the object carries regen's mark (objects.WRITER_MARK): a file someone else put there, even named
+        like a part, is never deleted."""
         known = commitlog.catch_up(self.objects, commitlog.Log.from_json(self._state().get("log")))
         now, orphans = time.time(), []
         for kind in (SHARDS, REJECTS):
@@ -256,7 +258,10 @@ class RemoteRun:
                     continue
                 worker = _PART_NAME.match(rel.rsplit("/", 1)[-1])
                 if (worker and int(worker[1]) in workers) or now - modified > ORPHAN_AGE_S:
-                    orphans.append(key)
+                    if self.objects.written_by_regen(key):
+                        orphans.append(key)
+                    else:
+                        log.warning("%s: left %s alone: not committed, and not an upload of regen's", self.uri, key)
         self._delete(orphans)
         if orphans:
             log.info("%s: removed %d uncommitted uploads", self.uri, len(orphans), extra={"event": "orphans"})

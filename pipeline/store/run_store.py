@@ -407,7 +407,8 @@ class RunStore:
 
     def _check_usable(self) -> None:
         if self._failed is not None:
-            raise OutputError(f"the store stopped after an earlier error: {self._failed}")
+            # the same class: an outage stays exit 3, not a generic output error
+            raise type(self._failed)(f"the store stopped after an earlier error: {self._failed}")
         if self._lease is not None:
             self._lease.check()
         if self._lock is None or self._closed:
