@@ -86,7 +86,8 @@ def test_every_assistant_turn_is_regenerated_from_the_regenerated_history(tmp_pa
     rejects = {
         r["id"]: r["detail"] for r in pq.read_table(sorted((tmp_path / "run" / "rejects").glob("*"))).to_pylist()
     }
-    assert set(rejects) == {"tool-001", "image-001"} and "a tool result that answers no tool call" in rejects["tool-001"]
+    assert set(rejects) == {"tool-001", "image-001"}
+    assert "a tool result that answers no tool call" in rejects["tool-001"]
 
 
 def test_turns_last_keeps_the_history_as_given(tmp_path: Path, sim) -> None:
