@@ -3,6 +3,7 @@ API, and a top level a newcomer can read. The graph comes from scripts/import_gr
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import subprocess
@@ -161,7 +162,7 @@ def test_run_directory_names_are_written_only_in_store_layout() -> None:
     assert found == []
 
 
-def test_server_reads_sglang_facts_not_the_simulator() -> None:
+def test_server_reads_release_facts_not_the_simulator() -> None:
     """Production code in server/ asks pipeline.sglang what a release does; it imports the simulator only to serve
     an endpoint a config names `url = "sim"` (preflight, in a function)."""
     to_sim = sorted(
@@ -185,3 +186,41 @@ def test_release_facts_are_a_leaf() -> None:
 def test_no_upward_import_even_for_types() -> None:
     typed = graph_tool.build_graph(ROOT / "pipeline", type_only=True)
     assert [f"{a.source} -> {a.target}" for a in graph_tool.upward(typed)] == []
+
+
+def _documented_modules() -> dict[str, set[str]]:
+    """{unit: the modules its row of docs/architecture.md names}: `x.py` at the top, bare names inside a package."""
+    rows = re.findall(r"^\| `(\w+)` \| \d+ \| ([^|]*) \|", (ROOT / "docs" / "architecture.md").read_text(), re.M)
+    return {unit: {n for n in re.findall(r"`([\w./]+)`", modules) if not n.endswith("/")} for unit, modules in rows}
+
+
+def _modules_on_disk() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {unit: set() for unit in graph_tool.LAYERS}
+    for module in GRAPH.modules:
+        unit, parts = graph_tool.unit_of(module), module.split(".")
+        if unit == "api":
+            out[unit].add("__init__.py" if len(parts) == 1 else "__main__.py")
+        elif len(parts) == 2 and (ROOT / "pipeline" / f"{parts[1]}.py").exists():
+            out[unit].add(f"{parts[1]}.py")
+        elif len(parts) > 2 and not parts[-1].startswith("__"):
+            out[unit].add(".".join(parts[2:]))
+    return out
+
+
+def test_each_row_of_the_map_lists_its_modules() -> None:
+    """The map is true to the tree: a module added, moved or removed shows up as a row to change."""
+    documented, on_disk = _documented_modules(), _modules_on_disk()
+    assert set(documented) == set(on_disk)
+    wrong = {
+        unit: {"missing from the page": sorted(on_disk[unit] - names), "not on disk": sorted(names - on_disk[unit])}
+        for unit, names in documented.items()
+        if names != on_disk[unit]
+    }
+    assert wrong == {}
+
+
+def test_every_package_says_what_it_owns() -> None:
+    """A package's docstring is its row of the map in prose: more than its name, and it names what it owns."""
+    for init in sorted((ROOT / "pipeline").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(doc.split()) >= 12, f"{init.parent.name}/__init__.py: {doc!r}"

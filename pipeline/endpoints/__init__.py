@@ -1,1 +1,8 @@
-"""endpoints"""
+"""Talking to one SGLang endpoint, and choosing among many.
+
+The HTTP client every request goes through (`client`, `transport`, `sse`) and the one map of its failures and
+statuses to regen's errors (`failures`); request payloads and response parsing; the stream guard that stops a
+looping generation as it arrives (`loop_guard`); the parser-off reasoning split (`reasoning`); the endpoint life
+cycle (`lifecycle`, `state`); least-loaded and sticky choice with its circuit breaker (`pool`); health probes
+(`health`); automatic concurrency and fair shares (`autosize`); the retry policy (`retry`).
+"""

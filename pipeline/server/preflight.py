@@ -1,7 +1,7 @@
 """Preflight: is each endpoint the server the config says it is?
 
 For one endpoint, `preflight_endpoint` gathers observations over the control plane (reachability, auth, /health,
-/v1/models, the resolved /server_info, a live thinking probe); `verdicts` judges them with pure functions. Only what
+/v1/models, the resolved /server_info, a live thinking probe); `checks` judges them with pure functions. Only what
 `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else preflight learns
 (speculative decoding on or off, accept length, capacity) is information. Behind sglang-router, whose own
 /get_server_info describes the router, each worker listed at /workers is checked in turn.
