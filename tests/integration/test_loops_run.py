@@ -3,7 +3,8 @@ a verbatim loop and run to max_tokens at the decode rate. With the guard on (the
 once, no stored row loops, the looping generations are stopped early on the server and resampled, and the summary,
 `status --json` and the metrics report them and the tokens saved; with it off, each loop costs max_tokens.
 
-Scaled time: a normal generation lasts ~0.5-1 s and a loop left alone ~6-7 s, against a 1 s stall timeout."""
+Scaled time: a normal generation lasts ~0.5-1 s and a loop left alone ~6-7 s, several times the 1 s stall timeout,
+the 1 s floor of the hung-request deadline and the 0.5 s health probes."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ max_tokens = {MAX_TOKENS}
 [client]
 max_attempts = 4
 stall_timeout_s = 1.0
+hang_floor_s = 1.0
+health_interval_s = 0.5
+health_timeout_s = 0.5
 backoff_base_s = 0.01
 backoff_max_s = 0.05
 [[endpoints]]
@@ -79,6 +83,7 @@ def test_looping_generations_are_stopped_early_and_resampled(tmp_path: Path, sim
     assert len(rows) >= PROMPTS * 0.97  # resampled with a new seed: most prompts accepted
     loops = status["loops"]
     assert loops["stopped"] == loops["looping"] == looped["generations"]
+    assert stats["cancelled"] >= loops["stopped"] and stats["in_flight"] == 0  # aborted there, nothing left decoding
     assert loops["tokens_saved"] > looped["generations"] * MAX_TOKENS / 2
     assert f"{loops['stopped']} stopped early" in stderr and "output tokens not generated" in stderr
 
