@@ -140,3 +140,18 @@ def test_inspect_shows_the_whole_regenerated_conversation_of_a_multi_turn_row(tm
     assert result.returncode == 0 and result.stdout == f"wrote {html} (6 rows, 1 samples)\n"  # not the text again
     page = html.read_text()
     assert "[2] assistant (regenerated)" in page and "First question" in page and "follow-up" in page
+
+
+def test_a_repair_of_a_mostly_good_dataset_is_not_refused_for_its_few_unreadable_rows(tmp_path: Path, sim) -> None:
+    """select = "invalid" sends 1 broken row and refuses 4 unreadable ones: 4 of 5 sent rows, but 4 of 20 rows."""
+    server = sim(*SIM_FLAGS)
+
+    def row(i: int, answer: str) -> dict:
+        turn = {"role": "assistant", "content": answer, "reasoning_content": "Some careful reasoning first."}
+        return {"id": f"r{i}", "messages": [{"role": "user", "content": f"Question {i}?"}, turn]}
+
+    rows = [row(i, "A fine answer.") for i in range(15)] + [row(15, "")] + [{"id": f"u{i}", "t": "?"} for i in range(4)]
+    (tmp_path / "prompts.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    result = regen("run", str(write_config(tmp_path, server.url)), "--no-progress", "--set", 'input.select="invalid"')
+    assert result.returncode == 0, result.stderr
+    assert "(1 accepted, 4 rejected;" in result.stderr
