@@ -1,7 +1,6 @@
 import asyncio
 import os
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,6 +9,7 @@ import pytest
 
 from pipeline.store import RunStore, committed_ids, id_hash, iter_journal_rows
 from pipeline.store import synthetic as syn
+from tests.helpers import assert_exactly_once
 
 
 def _store(run_dir: Path, **kw) -> RunStore:
@@ -32,12 +32,6 @@ def _ids(run_dir: Path, sub: str) -> list[str]:
     return ids
 
 
-def _assert_exactly_once(run_dir: Path, expected: set[str]) -> None:
-    counts = Counter(_ids(run_dir, "shards") + _ids(run_dir, "rejects"))
-    assert {i for i, n in counts.items() if n > 1} == set()
-    assert set(counts) == expected
-
-
 def _fill(store: RunStore, ids, reject_every: int = 0) -> None:
     for n, i in enumerate(ids):
         if reject_every and n % reject_every == 0:
@@ -55,7 +49,7 @@ def test_rows_commit_in_parts_and_resume_skips_them(tmp_path):
     store.sync_blocking()
     assert len(list((run / "shards").glob("*.parquet"))) == 2  # two full parts of 100 accepted rows
     store.close()
-    _assert_exactly_once(run, set(ids))
+    assert_exactly_once(run, set(ids), exact=True)
     assert list((run / "journal").iterdir()) == []
     assert [p.name for p in (run / "shards").iterdir() if not p.name.endswith(".parquet")] == []
 
@@ -95,7 +89,7 @@ def test_sync_makes_rows_durable_before_any_commit(tmp_path):
 
     state = _store(run).open()
     assert state.recovered_rows == 2
-    _assert_exactly_once(run, {"a", "b"})
+    assert_exactly_once(run, {"a", "b"}, exact=True)
 
 
 def test_unsynced_rows_are_lost_but_nothing_else(tmp_path):
@@ -107,7 +101,7 @@ def test_unsynced_rows_are_lost_but_nothing_else(tmp_path):
     _fill(store, ["b"])
     store.abort()
     _store(run).open()
-    _assert_exactly_once(run, {"a"})
+    assert_exactly_once(run, {"a"}, exact=True)
 
 
 def test_crash_between_rename_and_rotation_is_deduplicated(tmp_path):
@@ -123,7 +117,7 @@ def test_crash_between_rename_and_rotation_is_deduplicated(tmp_path):
 
     state = _store(run).open()
     assert state.recovered_rows == 0
-    _assert_exactly_once(run, {f"p{i}" for i in range(30)})
+    assert_exactly_once(run, {f"p{i}" for i in range(30)}, exact=True)
     assert list((run / "journal").iterdir()) == []
 
 
@@ -142,7 +136,7 @@ def test_crash_between_shard_and_rejects_rename_recovers_the_rejects(tmp_path):
 
     state = _store(run).open()
     assert state.recovered_rows == 4
-    _assert_exactly_once(run, {f"p{i}" for i in range(20)})
+    assert_exactly_once(run, {f"p{i}" for i in range(20)}, exact=True)
 
 
 def test_orphan_temp_files_are_removed_and_never_visible(tmp_path):
@@ -160,7 +154,7 @@ def test_orphan_temp_files_are_removed_and_never_visible(tmp_path):
 
     _store(run).open()
     assert list((run / "shards").glob("*.tmp")) == []
-    _assert_exactly_once(run, {f"p{i}" for i in range(50)})
+    assert_exactly_once(run, {f"p{i}" for i in range(50)}, exact=True)
 
 
 def test_memory_stays_flat_while_a_large_shard_fills(tmp_path):
@@ -197,7 +191,7 @@ def test_retry_rejects_moves_ids_out_of_rejects(tmp_path):
     retry.add_rejected(syn.rejected("p4", reason="truncated"))  # rejected again
     retry.close()
 
-    _assert_exactly_once(run, {f"p{i}" for i in range(10)})
+    assert_exactly_once(run, {f"p{i}" for i in range(10)}, exact=True)
     rejects = pq.read_table(run / "rejects")
     reasons = dict(zip(rejects.column("id").to_pylist(), rejects.column("reason").to_pylist(), strict=True))
     assert reasons == {"p4": "truncated", "p6": "empty_answer", "p8": "empty_answer"}
@@ -222,7 +216,7 @@ def test_crash_after_retry_commit_before_rejects_rewrite_is_settled(tmp_path):
     accepted, rejected = committed_ids(run)  # readers already prefer shards
     assert id_hash("a") in accepted and id_hash("a") not in rejected
     _store(run).open()
-    _assert_exactly_once(run, {"a", "b", "c"})
+    assert_exactly_once(run, {"a", "b", "c"}, exact=True)
     rejects = pq.read_table(run / "rejects")
     assert sorted(zip(rejects.column("id").to_pylist(), rejects.column("reason").to_pylist(), strict=True)) == [
         ("b", "truncated"),
@@ -254,7 +248,7 @@ def test_async_sync_runs_off_the_event_loop(tmp_path):
 
     asyncio.run(main())
     store.close()
-    _assert_exactly_once(run, {f"p{i}" for i in range(35)})
+    assert_exactly_once(run, {f"p{i}" for i in range(35)}, exact=True)
     assert len(list((run / "shards").glob("*.parquet"))) == 4
     assert os.listdir(run / "journal") == []
 
@@ -290,7 +284,7 @@ def test_a_row_the_schema_cannot_hold_lands_in_rejects_instead_of_poisoning_the_
     store.abort() if crash else store.close()
 
     _store(run).open()
-    _assert_exactly_once(run, {"a", "b", "bad"})
+    assert_exactly_once(run, {"a", "b", "bad"}, exact=True)
     rejects = pq.read_table(run / "rejects")
     assert rejects.column("id").to_pylist() == ["bad"]
     assert rejects.column("reason").to_pylist() == ["unstorable_row"]

@@ -17,7 +17,7 @@ from pipeline.config import ClientConfig, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
 from pipeline.records import Prompt
 from tests.conftest import read_rows, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 
 SLOTS = 64
 # 300-token completions at 7,680 tok/s shared by 64 slots: ~2.5 s each, five times connect_timeout_s.

@@ -9,7 +9,7 @@ import orjson
 
 from pipeline.engine.batch_lines import BATCH_URL
 from tests.conftest import ROOT, committed_ids, read_rows, regen
-from tests.integration.test_run import SIM_FLAGS
+from tests.helpers import SIM_FLAGS
 
 BATCH = ROOT / "data" / "sample_batch.jsonl"
 

@@ -18,8 +18,8 @@ import pytest
 from pipeline.errors import StoreUnavailableError
 from pipeline.store.objects import S3Objects, parse_uri
 from tests.conftest import ROOT, regen
+from tests.helpers import SIM_FLAGS
 from tests.integration.test_bucket_run import RUN, _config, _exactly_once, _final_view
-from tests.integration.test_run import SIM_FLAGS
 from tests.objectstore import BUCKET, S3Server, serve_s3
 from tests.storeproxy import StoreProxy
 

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from pipeline.store.remote import local_copy
 from tests.conftest import ROOT, committed_ids, regen
-from tests.integration.test_run import SIM_FLAGS, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 from tests.objectstore import ACCESS_KEY, BUCKET, SECRET_KEY, S3Server, serve_s3
 
 RUN = f"s3://{BUCKET}/runs/e2e"
@@ -39,18 +38,12 @@ def _final_view(tmp_path: Path, name: str = "reader") -> Path:
     return local_copy(RUN, journal_dir=str(tmp_path / name))
 
 
-def _exactly_once(view: Path, ids: list[str]) -> None:
-    both = Counter(committed_ids(view, "shards") + committed_ids(view, "rejects"))
-    assert [k for k, v in both.items() if v > 1] == []
-    assert set(both) == set(ids)
-
-
 def test_a_run_in_a_bucket_finishes_and_every_reader_works_on_its_uri(tmp_path: Path, sim, s3: S3Server) -> None:
     server = sim(*SIM_FLAGS)
     cfg, ids = _config(tmp_path, s3, server.url, n=120)
     outputs = [regen("run", str(cfg), "--no-progress")]
     assert outputs[0].returncode == 0, outputs[0].stderr
-    _exactly_once(_final_view(tmp_path), ids)
+    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
     outputs.append(status := regen("status", RUN, "--json"))
     assert status.returncode == 0, status.stderr
     outputs.append(exported := regen("export", RUN, "--format", "chat", "--out", str(tmp_path / "export")))
@@ -61,7 +54,7 @@ def test_a_run_in_a_bucket_finishes_and_every_reader_works_on_its_uri(tmp_path: 
     outputs.append(regen("validate", RUN))
     assert all(o.returncode == 0 for o in outputs[-2:]), outputs[-1].stderr
     after_merge = _final_view(tmp_path, "after-merge")
-    _exactly_once(after_merge, ids)
+    assert_exactly_once(after_merge, ids, exact=True)
     assert len(list((after_merge / "shards").glob("*.parquet"))) == 1
     # no credential anywhere: outputs, the bucket's objects, every local file the run or the readers wrote
     texts = [o.stdout + o.stderr for o in outputs]
@@ -115,7 +108,7 @@ def test_sigkill_mid_run_then_resume_is_exactly_once(tmp_path: Path, sim, s3: S3
     assert 0 < len(committed_ids(partial, "shards") + committed_ids(partial, "rejects")) < 300
     result = regen("run", str(cfg), "--no-progress")
     assert result.returncode == 0, result.stderr
-    _exactly_once(_final_view(tmp_path), ids)
+    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
 
 
 def test_a_second_process_on_the_same_worker_exits_4(tmp_path: Path, sim, s3: S3Server) -> None:

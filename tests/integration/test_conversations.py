@@ -20,7 +20,7 @@ from pipeline.records import Prompt
 from pipeline.sim import prompt_key
 from pipeline.store.journal import TURN, list_journals, read_journal
 from tests.conftest import ROOT, SimProcess, regen
-from tests.integration.test_run import assert_exactly_once
+from tests.helpers import assert_exactly_once
 
 DATA = ROOT / "data" / "sample_conversations.jsonl"
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tests.conftest import SimProcess, committed_ids, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 
 Sim = Callable[..., SimProcess]
 

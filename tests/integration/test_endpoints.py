@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT, SimProcess, committed_ids, read_rows, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 
 SLOW = ("--decode-rate", "6000", "--max-running-requests", "8", "--mean-output-tokens", "300")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import ROOT, SimProcess
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 
 
 def test_two_automatic_workers_never_oversubscribe_a_shared_server(tmp_path: Path, sim) -> None:

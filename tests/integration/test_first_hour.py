@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from tests.conftest import ROOT, regen
-from tests.integration.test_run import SIM_FLAGS, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, write_config, write_prompts
 
 DATASETS = ROOT.parent / "shared" / "datasets"
 SHAREGPT = DATASETS / "fastchat_dummy_conversation.json"

@@ -18,8 +18,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 from tests.integration.test_endpoints import config, start_run, wait_for
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
 
 TIMED = ("--decode-rate", "1200", "--max-running-requests", "8", "--disconnect-check", "0.4")  # 300 tokens: ~2 s
 

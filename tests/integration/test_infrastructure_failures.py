@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tests.conftest import SimProcess, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 
 
 def _reasons(run_dir: Path) -> Counter[str]:

@@ -23,7 +23,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, committed_ids, regen
-from tests.integration.test_run import SIM_FLAGS, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, write_config, write_prompts
 
 # ~700 tokens a completion at 20,000 tok/s in all: ~30 completions/s, so 120 prompts take a few seconds.
 SLOW = (*SIM_FLAGS, "--decode-rate", "20000")

@@ -20,7 +20,7 @@ import orjson
 
 from pipeline.sim.faults import in_burst
 from tests.conftest import read_rows, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 
 SLOTS = 16
 # 300-token completions at 4,000 tok/s shared by 16 slots: ~1.2 s each.
@@ -135,7 +135,7 @@ def test_bursts_of_queue_full_never_mark_the_endpoint_down_and_its_slots_refill(
 def test_refusals_do_not_use_the_prompts_attempts(tmp_path: Path, sim) -> None:
     """A queue-full 503 is the server's load, not the prompt's fault: with max_attempts = 1, prompts refused once
     or more are still generated (before, each prompt refused once was rejected: ~40% of them here)."""
-    from tests.integration.test_run import write_config
+    from tests.helpers import write_config
 
     server = sim(*SIM_FLAGS, "--fail-503", "0.4", "--seed", "5")
     ids = write_prompts(tmp_path / "prompts.jsonl", n=60)

@@ -18,7 +18,7 @@ import pytest
 
 from pipeline import conversation
 from tests.conftest import ROOT, SimProcess, committed_ids, regen
-from tests.integration.test_run import assert_exactly_once
+from tests.helpers import assert_exactly_once
 from tests.test_audit import planted_row, write_planted
 
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "60")

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT, SimProcess, committed_ids, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 
 Sim = Callable[..., SimProcess]
 

@@ -13,68 +13,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from tests.conftest import ROOT, committed_ids, read_rows, regen
-
-PROMPTS = 120
-
-
-def write_prompts(path: Path, n: int = PROMPTS, bad: bool = False) -> list[str]:
-    ids = []
-    with open(path, "wb") as fh:
-        for i in range(n):
-            pid = f"p{i:04d}"
-            ids.append(pid)
-            row = {"id": pid, "prompt": f"Question {i}: what is {i} times {i + 3}?", "topic": ["math", "code"][i % 2]}
-            if i % 3 == 0:
-                row = {"id": pid, "messages": [{"role": "user", "content": f"Explain idea number {i}."}], "topic": "x"}
-            fh.write(orjson.dumps(row) + b"\n")
-        if bad:
-            fh.write(b'{"id": "bad-empty", "prompt": ""}\n')
-            fh.write(b'{"id": "bad-role", "messages": [{"content": "no role"}]}\n')
-            fh.write(b"{not json\n")
-    return ids
-
-
-def write_config(tmp_path: Path, url: str, extra: str = "", **gen: object) -> Path:
-    max_tokens = gen.get("max_tokens", 4096)
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(
-        f"""
-[input]
-path = "{tmp_path / "prompts.jsonl"}"
-keep_fields = ["topic"]
-
-[output]
-dir = "{tmp_path / "run"}"
-shard_rows = 50
-sync_interval_s = 0.2
-
-[generation]
-model = "Qwen3.6-27B"
-max_tokens = {max_tokens}
-
-[client]
-max_attempts = 4
-backoff_base_s = 0.01
-backoff_max_s = 0.05
-
-[[endpoints]]
-url = "{url}"
-concurrency = 16
-{extra}
-"""
-    )
-    return cfg
-
-
-def assert_exactly_once(run_dir: Path, ids: list[str]) -> tuple[list[str], list[str]]:
-    good, bad = committed_ids(run_dir, "shards"), committed_ids(run_dir, "rejects")
-    both = Counter(good + bad)
-    assert [k for k, v in both.items() if v > 1] == []
-    assert set(ids) <= set(both), f"missing: {sorted(set(ids) - set(both))[:5]}"
-    return good, bad
-
-
-SIM_FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300")
+from tests.helpers import PROMPTS, SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 
 
 def test_faulty_completions_never_reach_shards(tmp_path: Path, sim) -> None:

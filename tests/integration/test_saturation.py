@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 
 SLOTS = 16
 # 300-token completions at 4,800 tok/s shared by 16 slots: ~1 s each.

@@ -13,7 +13,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from tests.conftest import SimProcess, regen
-from tests.integration.test_run import assert_exactly_once
+from tests.helpers import assert_exactly_once
 
 # A capacity model (8 decoding at once, 200-token completions in ~0.1 s), so the pool is saturated and placement is
 # a real choice; every server reports cached tokens.

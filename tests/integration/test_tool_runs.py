@@ -24,7 +24,7 @@ from pipeline.engine.reader import PromptReader
 from pipeline.records import Prompt
 from pipeline.sim import prompt_key
 from tests.conftest import ROOT, SimProcess, regen
-from tests.integration.test_run import assert_exactly_once
+from tests.helpers import assert_exactly_once
 from tests.test_export_tokenized import masked_runs, tokenizer_dir  # noqa: F401 (a fixture)
 
 LLAMAFACTORY = ROOT.parent / "shared" / "datasets" / "llamafactory"

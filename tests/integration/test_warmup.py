@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import SimProcess, regen
-from tests.integration.test_run import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
 
 
 def test_a_server_warming_up_at_start_joins_once_ready(tmp_path: Path, sim) -> None:

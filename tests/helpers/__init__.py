@@ -1,0 +1,89 @@
+"""What the tests share: the simulator flags most runs use, a config and prompts file for a run, and the one
+exactly-once check of a RUN_DIR.
+
+`assert_exactly_once` asks the store's own duplicate scan (`pipeline.store.scan.duplicates`, the index `regen
+status` and resume read) and cross-checks it against the ids read straight from the Parquet parts, so the check
+fails if the scan ever missed a duplicate, and names the duplicated ids and their files when it finds one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from pipeline.store.scan import duplicates
+from tests.conftest import committed_ids
+
+__all__ = ["PROMPTS", "SIM_FLAGS", "assert_exactly_once", "write_config", "write_prompts"]
+
+PROMPTS = 120
+
+
+def write_prompts(path: Path, n: int = PROMPTS, bad: bool = False) -> list[str]:
+    ids = []
+    with open(path, "wb") as fh:
+        for i in range(n):
+            pid = f"p{i:04d}"
+            ids.append(pid)
+            row = {"id": pid, "prompt": f"Question {i}: what is {i} times {i + 3}?", "topic": ["math", "code"][i % 2]}
+            if i % 3 == 0:
+                row = {"id": pid, "messages": [{"role": "user", "content": f"Explain idea number {i}."}], "topic": "x"}
+            fh.write(orjson.dumps(row) + b"\n")
+        if bad:
+            fh.write(b'{"id": "bad-empty", "prompt": ""}\n')
+            fh.write(b'{"id": "bad-role", "messages": [{"content": "no role"}]}\n')
+            fh.write(b"{not json\n")
+    return ids
+
+
+def write_config(tmp_path: Path, url: str, extra: str = "", **gen: object) -> Path:
+    max_tokens = gen.get("max_tokens", 4096)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f"""
+[input]
+path = "{tmp_path / "prompts.jsonl"}"
+keep_fields = ["topic"]
+
+[output]
+dir = "{tmp_path / "run"}"
+shard_rows = 50
+sync_interval_s = 0.2
+
+[generation]
+model = "Qwen3.6-27B"
+max_tokens = {max_tokens}
+
+[client]
+max_attempts = 4
+backoff_base_s = 0.01
+backoff_max_s = 0.05
+
+[[endpoints]]
+url = "{url}"
+concurrency = 16
+{extra}
+"""
+    )
+    return cfg
+
+
+def assert_exactly_once(
+    run_dir: Path, ids: list[str] | set[str], *, exact: bool = False
+) -> tuple[list[str], list[str]]:
+    """Every id of `ids` committed exactly once, in shards or rejects (with `exact`, nothing else committed);
+    returns (accepted ids, rejected ids) as read from the parts."""
+    scan = duplicates(Path(run_dir))
+    assert scan["count"] == 0, f"ids committed more than once: {scan['examples']}"
+    good, bad = committed_ids(Path(run_dir), "shards"), committed_ids(Path(run_dir), "rejects")
+    both = Counter(good + bad)
+    assert [k for k, v in both.items() if v > 1] == [], "the store's duplicate scan missed these"
+    assert set(ids) <= set(both), f"missing: {sorted(set(ids) - set(both))[:5]}"
+    if exact:
+        assert set(both) == set(ids), f"not asked for: {sorted(set(both) - set(ids))[:5]}"
+    return good, bad
+
+
+SIM_FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300")
