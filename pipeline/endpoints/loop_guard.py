@@ -30,6 +30,21 @@ class LoopStopped(Exception):
         self.loop = loop
 
 
+def _events(events: bytes) -> list[Any] | None:
+    """The JSON events of whole SSE frames: as SGLang frames them (`data: {...}` and a blank line each), by one
+    replace and one parse; any other framing line by line; None when one cannot be read."""
+    if events.startswith(b"data: {") and b"[DONE]" not in events:
+        try:
+            return list(orjson.loads(b"[" + events[6:].replace(b"\n\ndata: ", b",") + b"]"))
+        except orjson.JSONDecodeError:
+            pass
+    payloads = [line[5:].strip() for line in events.split(b"\n") if line.startswith(b"data:")]
+    try:
+        return list(orjson.loads(b"[" + b",".join(p for p in payloads if p.startswith(b"{")) + b"]"))
+    except orjson.JSONDecodeError:
+        return None
+
+
 class StreamGuard:
     """One streamed chat completion's text, guarded as it arrives."""
 
@@ -57,10 +72,8 @@ class StreamGuard:
             return
         events = bytes(self._buffer[:end])
         del self._buffer[: end + 2]
-        payloads = [line[5:].strip() for line in events.split(b"\n") if line.startswith(b"data:")]
-        try:
-            parsed = orjson.loads(b"[" + b",".join(p for p in payloads if p.startswith(b"{")) + b"]")
-        except orjson.JSONDecodeError:
+        parsed = _events(events)
+        if parsed is None:
             self._off = True
             return
         for event in parsed:
