@@ -11,6 +11,7 @@ from pipeline.schema import REASONS
 from pipeline.store import RunStore
 from pipeline.store import synthetic as syn
 from pipeline.store.shards import UNSTORABLE
+from tests.helpers import assert_exactly_once
 
 
 def _store(run_dir: Path, shard_rows: int = 10) -> RunStore:
@@ -41,11 +42,10 @@ def _reopen(run_dir: Path) -> None:
     store.close()
 
 
-def _assert_exactly_once(run_dir: Path, ids: set[str]) -> dict[str, str]:
-    placed = _placed(run_dir)
-    assert set(placed) == ids
-    assert {i: c for i, c in placed.items() if c.total() > 1} == {}
-    return {i: next(iter(c)) for i, c in placed.items()}
+def _where_once(run_dir: Path, ids: set[str]) -> dict[str, str]:
+    """{id: the one file that holds it}, after the shared exactly-once check."""
+    assert_exactly_once(run_dir, ids, exact=True)
+    return {i: next(iter(c)) for i, c in _placed(run_dir).items()}
 
 
 def _interrupted_merge(run_dir: Path) -> None:
@@ -63,7 +63,7 @@ def test_open_rolls_an_interrupted_merge_forward(tmp_path: Path) -> None:
     _interrupted_merge(run)
 
     _reopen(run)
-    where = _assert_exactly_once(run, ids)
+    where = _where_once(run, ids)
     assert not (run / merge.PLAN).exists()
     assert {name.split("/")[1].split("-")[0] for name in where.values()} == {"merged"}
     assert not any((run / "shards" / name).exists() for name in inputs)
@@ -78,7 +78,7 @@ def test_open_rolls_a_half_written_merge_back(tmp_path: Path) -> None:
     sorted((run / "shards").glob("merged-*.parquet"))[-1].unlink()  # killed before the last output was renamed
 
     _reopen(run)
-    _assert_exactly_once(run, ids)
+    _where_once(run, ids)
     assert not (run / merge.PLAN).exists()
     # The inputs were never touched: settle did not treat the merge outputs as ordinary duplicates.
     assert {p.name: p.read_bytes() for p in (run / "shards").glob("*.parquet")} == before
@@ -105,7 +105,7 @@ def test_an_interrupted_quarantine_is_completed_not_undone(tmp_path: Path) -> No
     assert {i for i, c in _placed(run).items() if c.total() > 1} == bad  # in the shard and in the quarantine
 
     _reopen(run)
-    where = _assert_exactly_once(run, good | bad)
+    where = _where_once(run, good | bad)
     assert {i for i, name in where.items() if name.startswith("rejects/quarantine-")} == bad
     assert quarantine.validate_run(run, quarantine=True)["quarantined"] == 0  # nothing left to move
 
@@ -119,7 +119,7 @@ def test_a_retry_accepted_after_quarantine_keeps_its_shard_row(tmp_path: Path) -
     assert _placed(run)["b1"].total() == 2
 
     _reopen(run)
-    where = _assert_exactly_once(run, {"g0", "b1"})
+    where = _where_once(run, {"g0", "b1"})
     assert where["b1"].startswith("shards/")
 
 
@@ -132,7 +132,7 @@ def test_an_ordinary_reject_still_loses_to_a_shard_row(tmp_path: Path) -> None:
     _write(run, [syn.accepted("x")])
 
     _reopen(run)
-    assert _assert_exactly_once(run, {"x"})["x"].startswith("shards/")
+    assert _where_once(run, {"x"})["x"].startswith("shards/")
 
 
 def test_the_store_reason_code_is_a_documented_reason() -> None:
