@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -106,6 +107,14 @@ def test_startup_rejections(flags: list[str], code: int, message: str) -> None:
     assert message in err
 
 
+def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll the server's own state until `check` holds (a deadline for a hung server, not a synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the simulator never reached the state"
+        time.sleep(0.01)
+
+
 def test_serves_then_drains_on_sigterm() -> None:
     proc = _start("--decode-rate", "200", "--max-running-requests", "2", "--model-path", "Qwen/Qwen3-8B")
     try:
@@ -113,17 +122,17 @@ def test_serves_then_drains_on_sigterm() -> None:
         assert httpx.get(url + "/health").status_code == 200
         result: dict[str, int] = {}
 
-        def slow() -> None:
-            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 60}
-            result["status"] = httpx.post(url + "/v1/chat/completions", json=body, timeout=10).status_code
+        def slow() -> None:  # 600 tokens at 200/s: 3 s of decode, while the test watches the drain
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 600, "ignore_eos": True}
+            result["status"] = httpx.post(url + "/v1/chat/completions", json=body, timeout=20).status_code
 
         thread = threading.Thread(target=slow)
         thread.start()
-        time.sleep(0.15)
+        _until(lambda: httpx.get(url + "/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.1)
-        assert httpx.get(url + "/health").status_code == 503  # draining: unhealthy, still serving
-        thread.join(timeout=10)
+        _until(lambda: httpx.get(url + "/health").status_code == 503)  # draining: unhealthy, still serving
+        assert httpx.get(url + "/v1/loads").json()["loads"][0]["num_running_reqs"] == 1  # the request still runs
+        thread.join(timeout=20)
         assert result["status"] == 200
         assert proc.wait(timeout=10) == 0
     finally:
