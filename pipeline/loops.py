@@ -7,8 +7,9 @@ The rule. At a checkpoint, the text so far *loops* when its tail is periodic: fo
 beyond the first copy of the unit, L - p, is at least max(p, `MIN_REPEAT`) characters. So a loop is at least two
 whole copies of its unit back to back and at least 600 characters repeated verbatim. A unit made of fewer than 10
 distinct characters must repeat 2,000 (`MIN_REPEAT_FILLER`): a zero-filled array, a box-drawn grid or a run of
-identical program lines repeats such a unit for a while without being a loop. Checkpoints come every `STRIDE` characters, so a loop the model later escapes (it answers after thirty
-copies of one paragraph) is found as well as one that runs to `max_tokens`.
+identical program lines repeats such a unit for a while without being a loop. Checkpoints come every `STRIDE`
+characters, so a loop the model later escapes (it answers after thirty copies of one paragraph) is found as well as
+one that runs to `max_tokens`.
 
 Why these numbers (measured on ../shared/traces, BENCHMARKS.md "Loops"): across every 128-character prefix of
 120 real, complete long-chain-of-thought traces, the most any tail repeated beyond its first unit was 477
