@@ -24,7 +24,9 @@ class Prompt:
     turns: tuple[int, ...] = ()
     source_id: str | None = None
     tools: tuple[dict[str, Any], ...] = ()
-    fingerprint: str | None = None  # the conversation as read (dataset.stored.fingerprint): checked by the export
+    # the conversation as read (dataset.stored.fingerprint), checked by the repaired export; derived from the fields
+    # above, so it takes no part in equality
+    fingerprint: str | None = field(default=None, compare=False)
 
     @property
     def positions(self) -> tuple[int, ...]:

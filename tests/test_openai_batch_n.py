@@ -86,11 +86,11 @@ def test_without_request_overrides_n_is_listed_as_not_honoured(
 
 
 def test_with_request_overrides_n_is_not_listed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = write_batch(tmp_path / "b.jsonl", [request("a", n=2, tools=[])])
+    path = write_batch(tmp_path / "b.jsonl", [request("a", n=2, response_format={"type": "json_object"})])
     with caplog.at_level("WARNING", logger="pipeline.engine.reader"):
         scanned(reader(path))
     (message,) = [rec.getMessage() for rec in caplog.records]
-    assert "tools (1 rows)" in message and "n (" not in message
+    assert "response_format (1 rows)" in message and "n (" not in message
 
 
 @pytest.mark.parametrize(

@@ -62,13 +62,13 @@ class Metrics:
         return self.accepted + self.rejected
 
     @property
-    def pending(self) -> int:
-        return max(0, self.total - self.already_done - self.done)
-
-    @property
     def generated(self) -> int:
         """Finished rows less the bad_input ones (refused by the reader, never sent): what rates count."""
         return self.done - self.rejected_by_reason["bad_input"]
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.total - self.already_done - self.done)
 
     def record_accept(self, completion_tokens: int | None) -> None:
         self.accepted += 1

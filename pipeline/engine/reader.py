@@ -104,6 +104,18 @@ class PromptReader:
 
     # ------------------------------------------------------------ public API
 
+    def every_row(self) -> PromptReader:
+        """This input with `input.select = "all"` and no --only-ids: what the first-rows check judges. It shares the
+        warnings already given (an empty file is reported once per run, not once per reader)."""
+        other = PromptReader(
+            dataclasses.replace(self._cfg, select="all"),
+            path_override=self._pattern,
+            generation=self._gen,
+            validate=self._audit.validate,
+        )
+        other._warned_empty = self._warned_empty
+        return other
+
     def files(self) -> list[Path]:
         """The input files, in reading order: sorted matches, and a datasets folder's files in its own order."""
         if self._kinds is None:

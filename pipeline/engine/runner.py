@@ -9,7 +9,6 @@ Interrupted (exit 130): rerunning the same command resumes.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import os
@@ -162,7 +161,7 @@ class Runner:
             only_ids=self.opt.only_ids,
         )
         hashes = await asyncio.to_thread(self._scan, reader)
-        await asyncio.to_thread(self._check_first_rows)
+        await asyncio.to_thread(self._check_first_rows, reader.every_row())
         store, state = await self._open_store([str(p) for p in reader.files()], total=len(hashes))
         self._set_aside = state.set_aside
         self._partial = state.partial
@@ -243,15 +242,12 @@ class Runner:
             hashes = np.unique(hashes)
         return hashes
 
-    def _check_first_rows(self) -> None:
+    def _check_first_rows(self, reader: PromptReader) -> None:
         """A config that does not match its dataset stops here, before anything is written or sent (exit 2).
 
         Judged on the input's first rows as they are, whatever `input.select` or --only-ids keep: a repair of a
         mostly good dataset sends few rows, and its few unreadable ones must not look like most of them."""
         path = self.opt.input_path or self.cfg.input.path
-        every_row = dataclasses.replace(self.cfg.input, select="all")
-        reader = PromptReader(every_row, path_override=self.opt.input_path, generation=self.cfg.generation,
-                              validate=self.cfg.validate)  # fmt: skip
         check_first_rows(reader.iter_batches(), self.cfg.input, path, lambda: first_row_fields(path))
 
     def _count(self, hashes: np.ndarray, done: DoneSet) -> tuple[int, int]:

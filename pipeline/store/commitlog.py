@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import orjson
 
 from ..errors import CommitLogLostError, OutputError
+from .layout import PART_KINDS
 from .objects import ConditionFailed, Objects
 
 LOG = "_regen/log/"
@@ -90,11 +91,13 @@ def _check_no_parts(objects: Objects) -> None:
     """No record at all: parts older than any commit takes mean the log was lost, not that nothing was committed
     (an upload whose first record is still being written is young)."""
     old = time.time() - LOST_AFTER_S
-    for kind in ("shards/", "rejects/"):
+    for kind in PART_KINDS:
         if any(
-            modified < old for key, modified, _ in objects.listing(objects.uri.key(kind)) if key.endswith(".parquet")
+            modified < old
+            for key, modified, _ in objects.listing(objects.uri.key(f"{kind}/"))
+            if key.endswith(".parquet")
         ):
-            _lost(objects, f"it has no record, but {kind} holds parts")
+            _lost(objects, f"it has no record, but {kind}/ holds parts")
 
 
 def _lost(objects: Objects, what: str) -> NoReturn:

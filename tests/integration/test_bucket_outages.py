@@ -18,8 +18,8 @@ import pytest
 from pipeline.errors import StoreUnavailableError
 from pipeline.store.objects import S3Objects, parse_uri
 from tests.conftest import ROOT, regen
-from tests.helpers import SIM_FLAGS
-from tests.integration.test_bucket_run import RUN, _config, _exactly_once, _final_view
+from tests.helpers import SIM_FLAGS, assert_exactly_once
+from tests.integration.test_bucket_run import RUN, _config, _final_view
 from tests.objectstore import BUCKET, S3Server, serve_s3
 from tests.storeproxy import StoreProxy
 
@@ -68,7 +68,7 @@ def test_a_12_second_outage_is_ridden_out(tmp_path: Path, sim, s3: S3Server) -> 
     assert rc == 0, err
     assert proxy.dropped > 0 and "retrying in" in err
     assert ended - dropped_at >= 12.0 or "retrying in" in err
-    _exactly_once(_final_view(tmp_path), ids)
+    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
 
 
 def test_a_store_that_stays_down_is_exit_3_after_the_retry_window(s3: S3Server) -> None:
@@ -135,4 +135,4 @@ def test_an_object_regen_did_not_write_is_never_deleted(tmp_path: Path, sim, s3:
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert foreign in s3.keys()
-    _exactly_once(_final_view(tmp_path), ids)
+    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
