@@ -259,3 +259,36 @@ def test_a_dataset_without_reasoning_gets_a_hint_about_no_thinking() -> None:
     text = format_audit(audit_dataset(path, AuditOptions(jobs=1)))
     assert "hint: 500 rows fail for want of reasoning" in text and "`--no-thinking`" in text
     assert "hint:" not in format_audit(audit_dataset(path, AuditOptions(thinking=False, jobs=1)))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_duplicate_ids_are_reported_as_run_would_refuse_them(
+    tmp_path: Path, suffix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`regen run` refuses a file with repeated ids; the audit says so, across blocks (worker processes) and files."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    rows = [r for r, _, _ in (planted_row(i) for i in range(300))]
+    again = [dict(rows[5]), dict(rows[250]), dict(rows[5])]  # 'id' 5 three times in all, 250 twice
+    first, second = rows[:200], rows[200:] + again
+    for name, part in (("a", first), ("b", second)):
+        path = folder / f"{name}{suffix}"
+        if suffix == ".jsonl":
+            path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in part))
+        else:
+            pq.write_table(pa.Table.from_pylist([{"id": r["id"], "messages": r["messages"]} for r in part]), path)
+    report = audit_dataset(str(folder), AuditOptions(block_bytes=4096) if suffix == ".jsonl" else AuditOptions())
+    dup = report["duplicate_ids"]
+    assert (dup["rows"], dup["ids"]) == (3, 2)
+    assert [d["id"] for d in dup["examples"]] == [rows[5]["id"], rows[250]["id"], rows[5]["id"]]
+    row = 101 if suffix == ".jsonl" else 100  # a line number counts from 1, a Parquet row from 0 (as `run` names them)
+    assert dup["examples"][0]["again"].endswith(f"b{suffix}:{row}")
+    assert main(["audit", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "duplicate ids: 3 rows repeat an earlier row's id (2 ids)" in out and "input.dedupe = true" in out
+    clean = write_planted(tmp_path / "clean.jsonl", 50)
+    assert clean and audit_dataset(str(tmp_path / "clean.jsonl"))["duplicate_ids"] == {
+        "rows": 0,
+        "ids": 0,
+        "examples": [],
+    }

@@ -145,3 +145,25 @@ def test_a_missing_tokenizer_is_a_config_error(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     with pytest.raises(ConfigError, match="not a folder"):
         export_run(tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=tmp_path / "nowhere")
+
+
+def test_an_empty_tokenizer_folder_is_named_in_one_line(tmp_path: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        ConfigError, match=r"--tokenizer .*empty: no tokenizer in this folder \(none of tokenizer\.json"
+    ) as e:
+        export_run(tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=tmp_path / "empty")
+    assert "\n" not in str(e.value) and "huggingface" not in str(e.value).lower()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_chat_template_is_checked_before_the_tokenizer(tmp_path: Path, tokenizer_dir: Path) -> None:
+    make_conversation_run(tmp_path / "run")
+    missing = tmp_path / "nope.jinja"
+    for folder in (tokenizer_dir, tmp_path / "nowhere"):  # named first, whatever the tokenizer folder holds
+        with pytest.raises(ConfigError, match=r"--chat-template .*nope\.jinja: No such file"):
+            export_run(
+                tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=folder, chat_template=missing
+            )
+    assert not (tmp_path / "out").exists()

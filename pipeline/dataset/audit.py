@@ -45,6 +45,7 @@ BAD_INPUT = "bad_input"
 MAX_GROUPS = 1000  # distinct values of the --by column kept apart; the rest count under OTHER
 OTHER = "(other)"
 EXAMPLE_CHARS = 600
+DUPLICATE_EXAMPLES = 5  # repeated ids named in the report
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,12 @@ class _Part:
         self.examples = Examples(random.Random(f"{opts.seed}:{block}"), opts.examples)
         self.lengths: dict[str, list[int]] = {"answer_chars": [], "reasoning_chars": []}
         self.failing: list[str | int] = []
+        self.ids: list[tuple[str, str | int]] = []  # (id, source) of each row with an id, for the duplicate scan
 
     def add(self, result: RowAudit, data: Any, given: str | None, source: str | int) -> None:
         label: str | int = given if given is not None else self.rows
+        if given is not None:
+            self.ids.append((given, source))
         self.rows += 1
         reasons = result.reasons()
         if reasons:
@@ -308,6 +312,11 @@ class _Tally:
         self.examples = Examples(random.Random(opts.seed), opts.examples)
         self.lengths = {"answer_chars": Reservoir(opts.seed), "reasoning_chars": Reservoir(opts.seed + 1)}
         self.path, self.line = "", 1  # the file of the last block merged, and the line number its next block starts at
+        # ids met so far, as 64-bit hashes (str hash, one process): ~70 bytes an id, not the ids themselves
+        self.seen: set[int] = set()
+        self.repeated: set[int] = set()  # the ids met more than once
+        self.repeated_rows = 0  # rows whose id an earlier row has
+        self.repeats: list[dict[str, str]] = []  # the first DUPLICATE_EXAMPLES of them
 
     def merge(self, part: _Part) -> list[str]:
         """Add one block's counts; returns the labels of its failing rows (`row:<n>` numbered over all rows)."""
@@ -333,10 +342,24 @@ class _Tally:
         self.examples.merge(
             part.examples, functools.partial(_placed, offset=offset, file=f"{part.path}:", line=self.line)
         )
+        self._duplicates(part)
         self.line += part.lines
         for name, values in part.lengths.items():
             self.lengths[name].extend(values)
         return [label if isinstance(label, str) else f"row:{offset + label}" for label in part.failing]
+
+    def _duplicates(self, part: _Part) -> None:
+        """Ids met before (in this file or an earlier one): `regen run` refuses such a file unless input.dedupe."""
+        for given, source in part.ids:
+            key = hash(given)
+            if key not in self.seen:
+                self.seen.add(key)
+                continue
+            self.repeated.add(key)
+            self.repeated_rows += 1
+            if len(self.repeats) < DUPLICATE_EXAMPLES:
+                where = f"{part.path}:{self.line + source}" if isinstance(source, int) else source
+                self.repeats.append({"id": given, "again": where})
 
     def report(self) -> dict[str, Any]:
         t = self.total
@@ -360,6 +383,7 @@ class _Tally:
             "lengths": {name: r.percentiles() for name, r in self.lengths.items()},
             "histograms": {name: r.histogram() for name, r in self.lengths.items()},
             "examples": self.examples.chosen(),
+            "duplicate_ids": {"rows": self.repeated_rows, "ids": len(self.repeated), "examples": self.repeats},
             "thinking": self.opts.thinking,
             "seed": self.opts.seed,
         }
@@ -456,7 +480,18 @@ def format_audit(r: dict[str, Any]) -> str:
     for reason, examples in r["examples"].items():
         for ex in examples[:1]:
             lines.append(f"example {reason}: {ex['id']} ({ex['source']}): {ex['detail']}")
-    return "\n".join(lines + _no_reasoning_hint(r))
+    return "\n".join(lines + _duplicate_lines(r["duplicate_ids"]) + _no_reasoning_hint(r))
+
+
+def _duplicate_lines(dup: dict[str, Any]) -> list[str]:
+    """Repeated ids: `regen run` refuses the file for them, so the audit says so first."""
+    if not dup["rows"]:
+        return []
+    shown = "; ".join(f"{d['id']!r} again at {d['again']}" for d in dup["examples"])
+    return [
+        f"duplicate ids: {dup['rows']:,} rows repeat an earlier row's id ({dup['ids']:,} ids): {shown}",
+        "  regen run refuses this file; set input.dedupe = true to keep the first row of each id, or fix the ids",
+    ]
 
 
 def _no_reasoning_hint(r: dict[str, Any]) -> list[str]:

@@ -155,22 +155,39 @@ class _Unrenderable(Exception):
     """A conversation the template cannot render as prompt + generated turns; the message is the skip reason."""
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def load_tokenizer(folder: Path, chat_template: Path | None) -> Any:
+    """The folder's tokenizer with its chat template (or `chat_template`'s text). Every argument is checked before
+    transformers is asked, so a wrong path reads as one line naming it, not as transformers' own text."""
+    template = None
+    if chat_template is not None:
+        try:
+            template = chat_template.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"--chat-template {chat_template}: {why}") from None
+        if not template.strip():
+            raise ConfigError(f"--chat-template {chat_template}: the file is empty")
+    if not folder.is_dir():
+        raise ConfigError(f"--tokenizer {folder}: not a folder (a local tokenizer folder; nothing is downloaded)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"--tokenizer {folder}: no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)}); "
+            "give the model's folder, or a folder saved by tokenizer.save_pretrained"
+        )
     try:
         from transformers import AutoTokenizer
     except ImportError:
         raise ConfigError("--format tokenized needs transformers: pip install transformers") from None
-    if not folder.is_dir():
-        raise ConfigError(f"--tokenizer {folder}: not a folder (a local tokenizer folder; nothing is downloaded)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"--tokenizer {folder}: cannot load a tokenizer: {exc}") from None
-    if chat_template is not None:
-        try:
-            tokenizer.chat_template = chat_template.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"--chat-template {chat_template}: {exc.strerror or exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"--tokenizer {folder}: cannot load a tokenizer: {first}") from None
+    if template is not None:
+        tokenizer.chat_template = template
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"--tokenizer {folder} has no chat template; give one with --chat-template FILE")
     return tokenizer
