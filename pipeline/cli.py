@@ -253,7 +253,8 @@ def _run(args: argparse.Namespace, bar: bool) -> int:
         overrides.append(f"output.dir={orjson.dumps(args.output).decode()}")
     if args.metrics_port is not None:
         overrides.append(f"output.metrics_port={args.metrics_port}")
-    cfg = with_endpoints(load_config(args.config, overrides), args.endpoint)
+    required = () if args.input else ("input.path",)  # a relative default path is never what a real run means
+    cfg = with_endpoints(load_config(args.config, overrides, required=required), args.endpoint)
     check_api_keys(cfg, args.config)
     index, count = worker_from_env(args.worker_index, args.num_workers)
     options = RunOptions(

@@ -212,8 +212,14 @@ def read_endpoints_file(path: str | Path, default_concurrency: int = 64) -> tupl
     return tuple(out)
 
 
-def load_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -> Config:
-    """Read a TOML file (or start from defaults when `path` is None) and apply `--set` overrides."""
+def load_config(
+    path: str | Path | None, overrides: typing.Sequence[str] = (), *, required: typing.Sequence[str] = ()
+) -> Config:
+    """Read a TOML file (or start from defaults when `path` is None) and apply `--set` overrides.
+
+    A config file with no key at all is refused (an empty file would run on every default, a relative sample path
+    among them). `required` names dotted keys that the file or an override must set, for a command whose default
+    would silently stand in for them (`regen run`'s input.path)."""
     data: dict[str, Any] = {}
     where = "<defaults>"
     if path is not None:
@@ -226,9 +232,28 @@ def load_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -
             raise ConfigError(f"{where}: cannot read config: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+        if not data:
+            raise ConfigError(
+                f"{where}: the config file sets nothing; `regen init DATASET --endpoint URL` writes one that runs "
+                "as written (or start from configs/qwen36-27b-mtp.toml)"
+            )
     for item in overrides:
         _apply_override(data, item)
-    return config_from_dict(data, where=where)
+    cfg = config_from_dict(data, where=where)  # unknown and misspelled keys first: the likelier mistake
+    for key in required:
+        if not _is_set(data, key):
+            section, _, name = key.partition(".")
+            raise ConfigError(f"{where}: {key} is not set; add `{name} = ...` under [{section}] or give it with --set")
+    return cfg
+
+
+def _is_set(data: dict[str, Any], dotted: str) -> bool:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def config_from_dict(data: dict[str, Any], where: str = "<config>") -> Config:

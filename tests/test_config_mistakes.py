@@ -276,3 +276,31 @@ def test_an_unresolvable_host_is_named_as_such() -> None:
     assert reach["name"] == "reachable" and not reach["ok"]
     assert "cannot resolve host 'no-such-host.invalid'" in reach["actual"]
     assert "loading weights" not in reach["hint"]
+
+
+# ---------------------------------------------------------------- a config that says nothing
+
+
+@pytest.mark.parametrize("text", ["", "\n# only a comment\n"], ids=["empty", "comment"])
+def test_an_empty_config_file_is_refused_before_anything_runs(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where the old default input, data/sample_prompts.jsonl, would be looked for
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "sample_prompts.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+    cfg = tmp_path / "empty.toml"
+    cfg.write_text(text)
+    code, err, _ = run_cli(["run", str(cfg), "--no-progress"], capsys)
+    assert code == 2, err
+    assert f"{cfg}: the config file sets nothing" in err and "regen init" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_config_without_input_path_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    text = "\n".join(line for line in cfg.read_text().splitlines() if not line.startswith("path ="))
+    cfg.write_text(text)
+    code, err, _ = run_cli(["run", str(cfg), "--no-progress"], capsys)
+    assert code == 2 and "input.path is not set; add `path = ...` under [input]" in err, err
+    code, err, _ = run_cli(["run", str(cfg), "--no-progress", "--input", str(tmp_path / "in.jsonl")], capsys)
+    assert code == 0, err  # --input is the path
