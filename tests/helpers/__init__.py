@@ -1,5 +1,5 @@
-"""What the tests share: the simulator flags most runs use, a config and prompts file for a run, and the one
-exactly-once check of a RUN_DIR.
+"""What the tests share: the simulator flags most runs use, a config and prompts file for a run, the one
+exactly-once check of a RUN_DIR, and `wait_until`, the poll tests synchronise with (on state, never on a sleep).
 
 `assert_exactly_once` asks the store's own duplicate scan (`pipeline.store.scan.duplicates`, the index `regen
 status` and resume read) and cross-checks it against the ids read straight from the Parquet parts, so the check
@@ -8,15 +8,19 @@ fails if the scan ever missed a duplicate, and names the duplicated ids and thei
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
 from pipeline.store.scan import duplicates
 from tests.conftest import committed_ids
 
-__all__ = ["PROMPTS", "SIM_FLAGS", "assert_exactly_once", "write_config", "write_prompts"]
+__all__ = ["PROMPTS", "SIM_FLAGS", "assert_exactly_once", "wait_until", "write_config", "write_prompts"]
 
 PROMPTS = 120
 
@@ -87,3 +91,20 @@ def assert_exactly_once(
 
 
 SIM_FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300")
+
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T], what: str, *, timeout: float = 60, alive: subprocess.Popen | None = None
+) -> T:
+    """Poll `condition` until it returns something true, and return that. Fails naming `what` after `timeout`
+    seconds (a bound on a hang, never the thing tested), or at once when the `alive` process has ended first."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if alive is not None and alive.poll() is not None:
+            raise AssertionError(f"the process ended (exit {alive.returncode}) before {what}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value

@@ -6,10 +6,11 @@ repaired, and a re-audit that finds nothing left."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -18,7 +19,7 @@ import pytest
 
 from pipeline import conversation
 from tests.conftest import ROOT, SimProcess, committed_ids, regen
-from tests.helpers import assert_exactly_once
+from tests.helpers import assert_exactly_once, wait_until
 from tests.test_audit import planted_row, write_planted
 
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "60")
@@ -134,8 +135,24 @@ def test_only_ids_sends_only_the_listed_rows(tmp_path: Path, sim) -> None:
     assert regen("audit", str(out / "data.jsonl")).returncode == 0
 
 
-def test_planted_row_helper_is_deterministic() -> None:
-    assert planted_row(7) == planted_row(7)
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_the_planted_dataset_is_the_same_file_in_every_process(tmp_path: Path, suffix: str) -> None:
+    """The repair tests compare exports with `write_planted`'s rows: the file must hold exactly those rows, and
+    another process (another hash seed) must write the same bytes."""
+    here = tmp_path / f"here{suffix}"
+    rows = write_planted(here, 330)
+    if suffix == ".jsonl":  # (Parquet adds the struct keys a message lacks, as nulls)
+        assert _read(here) == [r for r, _, _ in rows]
+    assert [planted_row(i) for i in range(330)] == rows
+    assert len({orjson.dumps(r) for r, _, _ in rows}) == 330  # no two rows alike
+    there = tmp_path / f"there{suffix}"
+    script = f"import pathlib, tests.test_audit as t; t.write_planted(pathlib.Path({str(there)!r}), 330)"
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, env=env)
+        assert _read(there) == _read(here)
+        if suffix == ".jsonl":
+            assert there.read_bytes() == here.read_bytes()
 
 
 def test_a_sigkill_during_the_repair_run_and_the_export_ends_in_a_complete_output(tmp_path: Path, sim) -> None:
@@ -145,10 +162,12 @@ def test_a_sigkill_during_the_repair_run_and_the_export_ends_in_a_complete_outpu
     server: SimProcess = sim(*SIM, "--decode-rate", "2000", "--max-running-requests", "8")
     cfg = _config(tmp_path, data, server.url, select="invalid")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while server.stats()["generations_total"] < 16:  # two batches done: the kill lands mid-run, however fast
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    # the kill lands mid-run: a part committed, requests running on the server, however fast the machine
+    wait_until(
+        lambda: committed_ids(tmp_path / "run", "shards") and server.stats()["running"] > 0,
+        "a committed part and requests running",
+        alive=proc,
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert len(set(committed_ids(tmp_path / "run", "shards"))) < len(failing), "the kill should land mid-run"
@@ -158,15 +177,29 @@ def test_a_sigkill_during_the_repair_run_and_the_export_ends_in_a_complete_outpu
     assert set(good) | set(bad) == failing  # not one clean row was sent, before or after the kill
     out = tmp_path / "repaired"
     args = [sys.executable, "-m", "pipeline", "export", str(tmp_path / "run"), "--format", "repaired"]
-    killed = subprocess.Popen([*args, "--out", str(out)], cwd=ROOT)
-    time.sleep(0.8)  # mid-import or mid-write: either way no visible file may be half written
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
-    assert not (out / "data.jsonl").exists() or (out / "repair-report.json").exists()
+    assert _kill_mid_write(args, out), "no kill landed while the export was writing"
     assert regen("export", str(tmp_path / "run"), "--format", "repaired", "--out", str(out)).returncode == 0
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
     assert len(_read(out / "data.jsonl")) == 660
     assert regen("audit", str(out / "data.jsonl")).returncode == 0
+
+
+def _kill_mid_write(args: list[str], out: Path, tries: int = 5) -> bool:
+    """SIGKILL the export once its hidden copy of data.jsonl exists (past start-up, writing); retried when the
+    export finished first. Whenever the kill landed, no visible file may be half written. True if one landed."""
+    hidden = out / ".data.jsonl.repair.tmp"
+    for _ in range(tries):
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.Popen([*args, "--out", str(out)], cwd=ROOT)
+        while proc.poll() is None and not hidden.exists():
+            pass  # no sleep: the write lasts milliseconds
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if proc.returncode == -signal.SIGKILL and not (out / "repair-report.json").exists():
+            visible = out / "data.jsonl"
+            assert not visible.exists() or len(_read(visible)) == 660, "a half-written data.jsonl is visible"
+            return True
+    return False
 
 
 def test_from_first_bad_turn_generates_only_the_failing_turn_and_those_after_it(tmp_path: Path, sim) -> None:
