@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "endpoints": 1,
     "sim": 1,
     "server": 2,
+    "inputs": 2,
     "dataset": 3,
     "inspection": 3,
     "engine": 4,
@@ -52,12 +53,15 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "endpoints": frozenset({"shared", "sglang"}),
     "sim": frozenset({"shared", "sglang"}),
     "server": frozenset({"shared", "sglang", "endpoints", "sim"}),
-    "dataset": frozenset({"shared", "store"}),
+    "inputs": frozenset({"shared", "store"}),
+    "dataset": frozenset({"shared", "store", "inputs"}),
     "inspection": frozenset({"shared", "store"}),
-    "engine": frozenset({"shared", "sglang", "store", "endpoints", "sim", "server", "dataset"}),
-    "cli": frozenset({"shared", "sglang", "store", "endpoints", "sim", "server", "dataset", "inspection", "engine"}),
+    "engine": frozenset({"shared", "sglang", "store", "endpoints", "sim", "server", "inputs", "dataset"}),
+    "cli": frozenset(
+        {"shared", "sglang", "store", "endpoints", "sim", "server", "inputs", "dataset", "inspection", "engine"}
+    ),
     "api": frozenset(
-        {"shared", "sglang", "store", "endpoints", "sim", "server", "dataset", "inspection", "engine", "cli"}
+        {"shared", "sglang", "store", "endpoints", "sim", "server", "inputs", "dataset", "inspection", "engine", "cli"}
     ),
 }
 

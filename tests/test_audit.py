@@ -16,15 +16,9 @@ import pytest
 from pipeline import conversation
 from pipeline.cli import main
 from pipeline.config import ValidateConfig
-from pipeline.dataset.audit import (
-    AuditOptions,
-    audit_dataset,
-    audit_row,
-    format_audit,
-    read_ids,
-    regenerated_positions,
-)
-from pipeline.dataset.stored import split_inline, split_message
+from pipeline.dataset.audit import AuditOptions, audit_dataset, format_audit, read_ids
+from pipeline.inputs.row_audit import audit_row, regenerated_positions
+from pipeline.inputs.stored import split_inline, split_message
 
 SOURCES = ("forum", "support", "tutoring")
 

@@ -13,8 +13,8 @@ import pytest
 
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig
-from pipeline.engine.reader import SAMPLE_TEMPERATURE, PromptReader
 from pipeline.errors import InputError
+from pipeline.inputs.reader import SAMPLE_TEMPERATURE, PromptReader
 from pipeline.records import BadInput, Prompt
 
 U1, U2 = {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}

@@ -12,9 +12,9 @@ import pytest
 
 from pipeline.config import GenerationConfig, InputConfig
 from pipeline.dataset.export import export_run
-from pipeline.engine.batch_lines import MAX_ROW_SAMPLES
-from pipeline.engine.reader import SAMPLE_TEMPERATURE, PromptReader
 from pipeline.errors import InputError
+from pipeline.inputs.batch_lines import MAX_ROW_SAMPLES
+from pipeline.inputs.reader import SAMPLE_TEMPERATURE, PromptReader
 from pipeline.records import BadInput, Prompt
 from pipeline.schema import reject_schema, shard_schema, to_table
 from tests.conftest import regen
@@ -77,7 +77,7 @@ def test_without_request_overrides_n_is_listed_as_not_honoured(
 ) -> None:
     path = write_batch(tmp_path / "b.jsonl", [request("a", n=3), request("b", n=0), request("c")])
     r = reader(path, overrides=False)
-    with caplog.at_level("WARNING", logger="pipeline.engine.reader"):
+    with caplog.at_level("WARNING", logger="pipeline.inputs.reader"):
         assert scanned(r) == ["a", "b", "c"]  # n = 0 is not checked either: it is not used
         assert scanned(r) == ["a", "b", "c"]
     (message,) = [rec.getMessage() for rec in caplog.records]
@@ -87,7 +87,7 @@ def test_without_request_overrides_n_is_listed_as_not_honoured(
 
 def test_with_request_overrides_n_is_not_listed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_batch(tmp_path / "b.jsonl", [request("a", n=2, response_format={"type": "json_object"})])
-    with caplog.at_level("WARNING", logger="pipeline.engine.reader"):
+    with caplog.at_level("WARNING", logger="pipeline.inputs.reader"):
         scanned(reader(path))
     (message,) = [rec.getMessage() for rec in caplog.records]
     assert "response_format (1 rows)" in message and "n (" not in message

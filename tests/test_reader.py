@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import InputConfig
-from pipeline.engine.reader import REQUEST_OVERRIDES, PromptReader, content_id
 from pipeline.errors import ConfigError, InputError
+from pipeline.inputs.reader import REQUEST_OVERRIDES, PromptReader, content_id
 from pipeline.records import BadInput, Prompt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,7 +241,7 @@ def test_an_empty_input_file_is_a_warning_once(tmp_path: Path, caplog: pytest.Lo
         pa.table({"id": pa.array([], pa.string()), "prompt": pa.array([], pa.string())}), tmp_path / "c.parquet"
     )
     reader = PromptReader(InputConfig(path=str(tmp_path)))
-    with caplog.at_level("WARNING", logger="pipeline.engine.reader"):
+    with caplog.at_level("WARNING", logger="pipeline.inputs.reader"):
         assert reader.check_duplicates() == 1
         assert [p.id for batch in reader.iter_batches() for p in batch] == ["a"]
     assert [r.getMessage() for r in caplog.records] == [
@@ -253,7 +253,7 @@ def test_an_empty_input_file_is_a_warning_once(tmp_path: Path, caplog: pytest.Lo
 def test_content_hash_is_the_same_in_another_process(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "bonjour 世界"}])
     code = (
-        "import sys; from pipeline.config import InputConfig; from pipeline.engine.reader import PromptReader;"
+        "import sys; from pipeline.config import InputConfig; from pipeline.inputs.reader import PromptReader;"
         "print(next(PromptReader(InputConfig(path=sys.argv[1])).iter_batches())[0].id)"
     )
     env = {"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"}

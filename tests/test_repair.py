@@ -15,8 +15,8 @@ import yaml
 
 from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
 from pipeline.dataset.repair import ROWS, export_repaired
-from pipeline.dataset.stored import content_id
 from pipeline.errors import ConfigError, RegenError
+from pipeline.inputs.stored import content_id
 
 Q = {"role": "user", "content": "Why is the sky blue?"}
 SHORT = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]

@@ -17,8 +17,8 @@ import pytest
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig, ValidateConfig
 from pipeline.endpoints.sse import parse_stream
-from pipeline.engine.batch_lines import Unhonoured
-from pipeline.engine.reader import PromptReader
+from pipeline.inputs.batch_lines import Unhonoured
+from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Completion, Prompt
 from pipeline.sim import SimConfig, serve
 from pipeline.validator import validate

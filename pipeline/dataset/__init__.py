@@ -1,7 +1,8 @@
-"""Datasets as files: the users' input files, the assistant turns they store, and what regen writes from a run.
+"""Datasets as files regen writes or reports on: the audit of an input dataset, the repaired dataset and exports.
 
-Reading input files (jsonl, json arrays, parquet, arrow, buckets: `input_files`, `line_blocks`, `sniff`), the stored
-turns and their audit (`stored`, `audit`, `reservoirs`), the repaired dataset, each file rewritten in its own format
-(`repair`, `rewrite`), training exports (`export`, `shapes`, `formats`, `tokenized`, `features`), the dataset card
-that names no host (`card`, `redact`) and Hub publishing (`hub`). RUN_DIR is read through `pipeline.store`.
+The audit's pass over a whole dataset and its report (`audit`, `reservoirs`; each row is judged by
+`pipeline.inputs.row_audit`), the repaired dataset, each original file rewritten in its own format (`repair`,
+`rewrite`), training exports (`export`, `shapes`, `formats`, `tokenized`, `features`), the dataset card that names no
+host (`card`, `redact`) and Hub publishing (`hub`). Input files are read through `pipeline.inputs`, RUN_DIR through
+`pipeline.store`.
 """

@@ -1,154 +1,47 @@
 """`regen audit`: measure an existing dataset with the validators of `regen run`, before regenerating anything.
 
-Every row's stored assistant turns (dataset/stored.py: reasoning in a field or inline `<think>`, an unterminated
+Every row's stored assistant turns (inputs/stored.py: reasoning in a field or inline `<think>`, an unterminated
 `<think>` = truncated, a missing answer after a trailing user turn = an empty turn) go through `validator.validate`
 exactly as a completion would. A row fails when one of its turns fails, or when it cannot be read as a
 conversation (`bad_input`). The report counts rows and turns by reason, by turn index and by a column of the data,
 gives length distributions and a few examples per reason (seeded), and `--ids-out` lists the failing rows.
 
 One streaming pass: rows are judged a block at a time (JSONL: blocks of lines in a pool of processes,
-dataset/line_blocks.py; other formats: `batch_rows` rows here), each block's counts merged in reading order, and
+inputs/line_blocks.py; other formats: `batch_rows` rows here), each block's counts merged in reading order, and
 only counters, fixed-size samples (lengths and examples, dataset/reservoirs.py) and the group table (at most
 MAX_GROUPS values) are kept, so memory does not grow with the row count.
-`audit_row` is also what `input.select = "invalid"` (engine/reader.py) and the repaired export (dataset/repair.py) use,
-so the three agree on which rows are broken.
+`audit_row` (inputs/row_audit.py) judges each row; it is also what `input.select = "invalid"` (inputs/reader.py) and
+the repaired export (dataset/repair.py) use, so the three agree on which rows are broken.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
 from .. import conversation
-from ..config import Config, ValidateConfig
 from ..errors import InputError, OutputError
+from ..inputs.input_files import _parse_line as parse_line
+from ..inputs.input_files import resolve
+from ..inputs.line_blocks import line_blocks, line_ranges, ordered_map, read_range
+from ..inputs.row_audit import BAD_INPUT, AuditOptions, RowAudit, audit_row
+from ..inputs.stored import StoredTurn, given_id, read_chunks
 from ..records import Verdict
-from ..validator import validate
-from .input_files import Broken, resolve
-from .input_files import _parse_line as parse_line
-from .line_blocks import BLOCK_BYTES, line_blocks, line_ranges, ordered_map, read_range
 from .reservoirs import Examples, Reservoir
-from .stored import StoredTurn, given_id, id_problem, read_chunks, stored_turns
 
-BAD_INPUT = "bad_input"
 MAX_GROUPS = 1000  # distinct values of the --by column kept apart; the rest count under OTHER
 OTHER = "(other)"
 EXAMPLE_CHARS = 600
 DUPLICATE_EXAMPLES = 5  # repeated ids named in the report
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    """How to read and judge the rows: `[input]`-like fields, whether thinking is expected, the validators."""
-
-    format: str = "auto"
-    id_field: str = "id"
-    messages_field: str = "auto"
-    prompt_field: str = "prompt"
-    thinking: bool = True
-    validate: ValidateConfig = field(default_factory=ValidateConfig)
-    by: str = ""
-    seed: int = 0
-    examples: int = 3
-    batch_rows: int = 1024
-    jobs: int = 0  # processes judging JSONL blocks; 0 = one per core
-    block_bytes: int = BLOCK_BYTES
-
-    @classmethod
-    def from_config(cls, cfg: Config, **overrides: Any) -> AuditOptions:
-        inp = cfg.input
-        base = cls(
-            format=inp.format,
-            id_field=inp.id_field,
-            messages_field=inp.messages_field,
-            prompt_field=inp.prompt_field,
-            thinking=cfg.generation.thinking,
-            validate=cfg.validate,
-        )
-        return _replace(base, overrides)
-
-
-def _replace(opts: AuditOptions, overrides: dict[str, Any]) -> AuditOptions:
-    return dataclasses.replace(opts, **{k: v for k, v in overrides.items() if v is not None})
-
-
-@dataclass(frozen=True, slots=True)
-class RowAudit:
-    """The verdict on each stored assistant turn of one row, or why the row is unreadable (`bad`)."""
-
-    turns: tuple[tuple[StoredTurn, Verdict], ...] = ()
-    bad: str = ""
-
-    @property
-    def failing(self) -> bool:
-        return bool(self.bad) or any(not v.ok for _, v in self.turns)
-
-    def reasons(self) -> list[str]:
-        """The reason codes of the row's failing turns, each once, in turn order."""
-        if self.bad:
-            return [BAD_INPUT]
-        return list(dict.fromkeys(v.reason or "" for _, v in self.turns if not v.ok))
-
-
-def audit_row(data: Any, opts: AuditOptions) -> RowAudit:
-    """Judge one row as read from a file (a dict, or Broken)."""
-    if isinstance(data, Broken):
-        return RowAudit(bad=data.detail)
-    if not isinstance(data, dict):
-        return RowAudit(bad=f"row is a JSON {conversation.type_name(data)}, not an object")
-    if isinstance(given := data.get(opts.id_field), str) and (problem := id_problem(given)):
-        return RowAudit(bad=f"{opts.id_field}: {problem}")  # `regen run` refuses it as bad_input
-    if (media := conversation.media_problem(data)) is not None:
-        return RowAudit(bad=media)
-    found = conversation.find_conversation(data, opts.messages_field)
-    try:
-        conversation.tools(data)
-        if found is None:
-            raw: Any = [{"role": "user", "content": data.get(opts.prompt_field)}]
-            if not isinstance(raw[0]["content"], str):
-                return RowAudit(bad=f"no conversation and no {opts.prompt_field!r} field")
-            messages = conversation.parse(raw, opts.prompt_field)
-        else:
-            raw, messages = found[1], conversation.parse(found[1], found[0])
-        turns = stored_turns(raw, messages)
-    except conversation.ConversationError as exc:
-        return RowAudit(bad=str(exc))
-    return RowAudit(tuple((turn, _judge(turn, opts)) for turn in turns))
-
-
-def regenerated_positions(
-    messages: Sequence[conversation.Message], turns: str, repair: str, verdict: RowAudit
-) -> tuple[int, ...]:
-    """Where the assistant turns to generate sit in `messages` (a row's conversation, with or without a system
-    prompt put first): `conversation.turn_positions` for `generation.turns`, and with `repair =
-    "from_first_bad_turn"` only those from the row's first failing turn on (`verdict` is its `audit_row`), the
-    turns before it kept as given. A row with no failing turn is regenerated whole. ConversationError as
-    `turn_positions`."""
-    positions = conversation.turn_positions(messages, turns)
-    first = next((k for k, (_, v) in enumerate(verdict.turns) if not v.ok), None)
-    if repair != "from_first_bad_turn" or first is None:
-        return positions
-    # The audit numbers the turns `turn_positions(.., "all")` finds, in order; a system message shifts no ordinal.
-    start = conversation.turn_positions(messages, "all")[first]
-    return tuple(p for p in positions if p >= start)  # never empty: the last position is the largest
-
-
-def _judge(turn: StoredTurn, opts: AuditOptions) -> Verdict:
-    verdict = validate(turn.completion(), opts.validate, opts.thinking)
-    if turn.missing and not verdict.ok:
-        return Verdict(False, verdict.reason, "no assistant turn after the last user turn")
-    return verdict
 
 
 def audit_dataset(path: str, opts: AuditOptions = AuditOptions(), *, ids_out: Path | None = None) -> dict[str, Any]:

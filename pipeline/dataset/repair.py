@@ -39,15 +39,15 @@ import pyarrow.parquet as pq
 from .. import conversation
 from ..config import Config, config_from_dict
 from ..errors import ConfigError, InputError, OutputError
+from ..inputs.input_files import labels, resolve
+from ..inputs.row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
+from ..inputs.stored import INLINE, REASONING_FIELDS, content_id, fingerprint, given_id, split_message, with_system
 from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.layout import PART_KINDS, REJECTS, SHARDS
 from ..store.manifest import read_manifest
-from .audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
-from .input_files import labels, resolve
 from .redact import Hosts
 from .rewrite import BATCH_ROWS, rewrite
-from .stored import INLINE, REASONING_FIELDS, content_id, fingerprint, given_id, split_message, with_system
 
 ON_REJECT = ("keep", "drop")
 REPORT = "repair-report.json"
@@ -223,7 +223,7 @@ class _Repair:
         return None
 
     def _fingerprint(self, data: dict[str, Any], verdict: RowAudit) -> str | None:
-        """The fingerprint the reader gave this row (engine/reader.py): its messages with the system prompt, the
+        """The fingerprint the reader gave this row (inputs/reader.py): its messages with the system prompt, the
         positions `generation.turns` and `input.repair` choose."""
         messages = self._messages(data)
         if messages is None:

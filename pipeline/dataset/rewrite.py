@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 
 from .. import conversation
 from ..errors import InputError
-from .input_files import Broken, json_array_rows
-from .stored import INLINE, REASONING_FIELDS
+from ..inputs.input_files import Broken, json_array_rows
+from ..inputs.stored import INLINE, REASONING_FIELDS
 
 BATCH_ROWS = 1024
 

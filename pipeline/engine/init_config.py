@@ -1,7 +1,7 @@
 """`regen init DATASET [--endpoint URL]...`: a commented config, written from the dataset's first rows and what the
 endpoints report, that runs as written.
 
-The dataset's shape comes from `dataset/sniff.py` (the audit's own rules on the first 1,000 rows): which field
+The dataset's shape comes from `inputs/sniff.py` (the audit's own rules on the first 1,000 rows): which field
 holds the conversation, the id field, repeated ids, content parts, tools, images, and how many rows have assistant
 turns the audit fails (then only those are selected: the repair job). Each endpoint is asked what it serves (a
 preflight without the probe): the model name and the server arguments `[expect]` pins. Every line a user must
@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from ..config import EndpointConfig, config_from_dict
-from ..dataset.sniff import SNIFF_ROWS, Shape, sniff
+from ..inputs.sniff import SNIFF_ROWS, Shape, sniff
 from ..server.preflight import preflight
 
 MARK = "# CHECK:"

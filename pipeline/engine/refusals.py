@@ -88,7 +88,7 @@ def refused_summary(rejected_by_reason: dict[str, int], finished: int) -> str | 
 
 def first_row_fields(path: str, rows: int = 20) -> set[str]:
     """The columns of the input's first rows (for the hints)."""
-    from ..dataset.sniff import first_rows
+    from ..inputs.sniff import first_rows
 
     _, data = first_rows(path, rows)
     return {key for row in data if isinstance(row, dict) for key in row}

@@ -31,6 +31,7 @@ from ..endpoints.pool import Pool
 from ..endpoints.state import DRAINING, EndpointState
 from ..endpoints.transport import proxy_for, shown
 from ..errors import ConfigError, Interrupted, RegenError
+from ..inputs.reader import PromptReader
 from ..records import BadInput, Prompt
 from ..schema import bad_input_row
 from ..store import DoneSet, ResumeState, RunStore, heartbeat, id_hashes, owns_many
@@ -44,7 +45,6 @@ from .logs import ProgressLog
 from .memory import TRIM_INTERVAL_S, return_free_memory
 from .metrics import CountingSink, Metrics
 from .prometheus import Exporter
-from .reader import PromptReader
 from .refusals import FIRST_ROWS, check_first_rows, first_row_fields
 
 log = logging.getLogger("regen.run")

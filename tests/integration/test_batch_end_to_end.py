@@ -7,7 +7,7 @@ from pathlib import Path
 import datasets
 import orjson
 
-from pipeline.engine.batch_lines import BATCH_URL
+from pipeline.inputs.batch_lines import BATCH_URL
 from tests.conftest import ROOT, committed_ids, read_rows, regen
 from tests.helpers import SIM_FLAGS
 

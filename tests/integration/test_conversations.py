@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from pipeline import conversation
 from pipeline.config import InputConfig
-from pipeline.engine.reader import PromptReader
+from pipeline.inputs.reader import PromptReader
 from pipeline.records import Prompt
 from pipeline.sim import prompt_key
 from pipeline.store.journal import TURN, list_journals, read_journal

@@ -20,7 +20,7 @@ import pytest
 
 from pipeline import conversation
 from pipeline.config import InputConfig
-from pipeline.engine.reader import PromptReader
+from pipeline.inputs.reader import PromptReader
 from pipeline.records import Prompt
 from pipeline.sim import prompt_key
 from tests.conftest import ROOT, SimProcess, regen

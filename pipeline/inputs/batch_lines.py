@@ -15,7 +15,7 @@ from typing import Any
 from ..conversation import short, type_name
 from ..errors import InputError
 
-log = logging.getLogger("pipeline.engine.reader")
+log = logging.getLogger("pipeline.inputs.reader")
 
 BATCH_URL = "/v1/chat/completions"
 # Sampling fields of an OpenAI batch body, and whether each must be an integer (else any number).

@@ -1,6 +1,6 @@
 """The prompt reader: `[input]` in, a stream of `Prompt` (or `BadInput`) batches out.
 
-It owns what happens to a row once its file has been read (`dataset.input_files` resolves `input.path` and streams each
+It owns what happens to a row once its file has been read (`input_files` resolves `input.path` and streams each
 format): turning each row into chat messages, giving it an id, rejecting bad rows with the file and row, and
 finding duplicate ids before anything is sent. An input file without a row is a warning on this module's logger
 (once per file): the run goes on with the other files, or finishes with nothing to do.
@@ -44,13 +44,13 @@ import numpy as np
 from .. import conversation
 from ..config import GenerationConfig, InputConfig, ValidateConfig
 from ..conversation import hashed, short, type_name
-from ..dataset.audit import AuditOptions, RowAudit, audit_row, regenerated_positions
-from ..dataset.input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
-from ..dataset.stored import content_id, fingerprint, id_problem, with_system
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
 from .batch_lines import LineProblem, Unhonoured, request_of, row_samples
+from .input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
+from .row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
+from .stored import content_id, fingerprint, id_problem, with_system
 
 log = logging.getLogger(__name__)
 

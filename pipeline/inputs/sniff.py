@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 
 from .. import conversation
-from .audit import AuditOptions, audit_row
 from .input_files import Broken, resolve
+from .row_audit import AuditOptions, audit_row
 from .stored import read_chunks
 
 SNIFF_ROWS = 1000

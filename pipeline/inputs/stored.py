@@ -10,7 +10,7 @@ so they share one reading of a stored assistant message:
   (truncated), its text all reasoning;
 - or neither: the content is all answer.
 
-Row ids follow the reader's rule (engine/reader.py): the id field as a string, else `content_id` of the final messages.
+Row ids follow the reader's rule (inputs/reader.py): the id field as a string, else `content_id` of the final messages.
 """
 
 from __future__ import annotations
