@@ -36,7 +36,8 @@ asyncio.run(main())
 def bench_overhead(work: Path, requests: int, concurrency: int, tokens: int) -> dict[str, Any]:
     """Three rounds of (minimal loop, regen) back to back on one simulator, each ratio the median of the rounds'
     ratios: the shared machine's speed drifts by a third within minutes (the same loop measured 0.127-0.207 CPU-s
-    per 1,000), and a round's two runs see the same machine. Then one streaming run, against the regen run before it."""
+    per 1,000), and a round's two runs see the same machine. Then one run with the defaults (streamed, the loop guard
+    on), against the plain regen run before it."""
     sim = Sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", str(tokens))
     prompts = work / "overhead.jsonl"
     bases, runs = [], []
@@ -46,12 +47,13 @@ def bench_overhead(work: Path, requests: int, concurrency: int, tokens: int) -> 
             argv = [sys.executable, "-c", MINIMAL_LOOP, sim.url, str(requests), str(concurrency)]
             base = timed(pinned(CLIENT_CORE, argv))
             bases.append((base["cpu_s"], requests / float(base["stdout"].strip()), base["rss_mb"]))
-            cfg = write_config(work, [sim.url], concurrency, prompts)
+            # not streamed, as the loop is not: the same request path, so the ratio is the client's own cost
+            cfg = write_config(work, [sim.url], concurrency, prompts, client="stream = false\n")
             run = timed(pinned(CLIENT_CORE, [sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"]))
             steady, _, rows, _ = steady_rate(work / f"run-{cfg.stem}")
             runs.append((run["cpu_s"] / rows, steady, rows / run["wall_s"], run["rss_mb"]))
-        # the same with SSE streaming (client.stream = true), to choose the default by measurement
-        cfg_s = write_config(work, [sim.url], concurrency, prompts, client="stream = true\n")
+        # the default: SSE streaming (client.stream = true) with the loop guard checking the text as it grows
+        cfg_s = write_config(work, [sim.url], concurrency, prompts, client="stream = true\nloop_guard = true\n")
         run_s = timed(pinned(CLIENT_CORE, [sys.executable, "-m", "pipeline", "run", str(cfg_s), "--no-progress"]))
         stream_steady, _, stream_rows, _ = steady_rate(work / f"run-{cfg_s.stem}")
     finally:
