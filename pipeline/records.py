@@ -1,4 +1,4 @@
-"""Value types that flow through a run: a Prompt in, a Completion back, a Verdict on it."""
+"""Value types that flow through a run: a Prompt in, a Completion back, a Verdict on it, a Turn kept."""
 
 from __future__ import annotations
 
@@ -63,6 +63,37 @@ class Completion:
     # The stream guard (pipeline/loops.py) stopped it: aborted on the server, the text as far as it had streamed.
     loop_stopped: bool = False
     tool_calls: tuple[dict[str, Any], ...] = ()  # the calls the model made instead of (or with) an answer
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One generated assistant turn: an element of a row's `turns` column (schema.TURN_TYPE, same fields in the
+    same order), and what the journal keeps of a finished turn of a conversation whose row is not stored yet.
+    `attempts` counts the requests this turn took."""
+
+    reasoning: str | None
+    answer: str
+    finish_reason: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    endpoint: str = ""
+    latency_s: float = 0.0
+    attempts: int = 1
+
+    @classmethod
+    def of(cls, completion: Completion, attempts: int) -> Turn:
+        return cls(
+            completion.reasoning,
+            completion.answer,
+            completion.finish_reason,
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            completion.reasoning_tokens,
+            completion.endpoint,
+            completion.latency_s,
+            attempts,
+        )
 
 
 @dataclass(frozen=True, slots=True)

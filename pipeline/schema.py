@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from .records import BadInput, Completion, Prompt
+from .records import BadInput, Completion, Prompt, Turn
 
 SCHEMA_VERSION = 2  # 2: `turns` and `source_id` (conversations); version-1 RUN_DIRs still read
 
@@ -34,7 +34,8 @@ TURN_TYPE = pa.struct(
     ]
 )
 
-TURN_KEYS: tuple[str, ...] = tuple(f.name for f in TURN_TYPE)  # each is also a top-level column of the same type
+# records.Turn's fields, in order; each is also a top-level column of the same type
+TURN_KEYS: tuple[str, ...] = tuple(f.name for f in TURN_TYPE)
 
 BASE_FIELDS: list[pa.Field] = [
     pa.field("id", pa.string(), nullable=False),
@@ -119,23 +120,38 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def turn_entry(completion: Completion, attempts: int) -> dict[str, Any]:
-    """One element of the `turns` column: what one generated assistant turn was."""
+def turn_row(turn: Turn) -> dict[str, Any]:
+    """One element of the `turns` column, as the journal and the Parquet writer take it."""
     return {
-        "reasoning": completion.reasoning,
-        "answer": completion.answer,
-        "finish_reason": completion.finish_reason,
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "reasoning_tokens": completion.reasoning_tokens,
-        "endpoint": completion.endpoint,
-        "latency_s": completion.latency_s,
-        "attempts": attempts,
+        "reasoning": turn.reasoning,
+        "answer": turn.answer,
+        "finish_reason": turn.finish_reason,
+        "prompt_tokens": turn.prompt_tokens,
+        "completion_tokens": turn.completion_tokens,
+        "reasoning_tokens": turn.reasoning_tokens,
+        "endpoint": turn.endpoint,
+        "latency_s": turn.latency_s,
+        "attempts": turn.attempts,
     }
 
 
+def turn_of(entry: Mapping[str, Any]) -> Turn:
+    """A `turns` element read back (a journaled turn); a key it lacks reads as null, the answer as ""."""
+    return Turn(
+        entry.get("reasoning"),
+        entry.get("answer") or "",
+        entry.get("finish_reason") or "",
+        entry.get("prompt_tokens"),
+        entry.get("completion_tokens"),
+        entry.get("reasoning_tokens"),
+        entry.get("endpoint") or "",
+        entry.get("latency_s") or 0.0,
+        entry.get("attempts") or 0,
+    )
+
+
 def accepted_row(
-    prompt: Prompt, completion: Completion, attempts: int, turns: Sequence[dict[str, Any]] | None = None
+    prompt: Prompt, completion: Completion, attempts: int, turns: Sequence[Turn] | None = None
 ) -> dict[str, Any]:
     """The shard row for an accepted completion; keys are schema column names. `prompt.messages` are the messages
     sent for the last turn; `turns` every generated turn (default: this completion alone)."""
@@ -155,7 +171,7 @@ def accepted_row(
         "seed": completion.seed,
         "created_at": _now_us(),
         "spec_accept_length": completion.spec_accept_length,
-        "turns": list(turns) if turns is not None else [turn_entry(completion, attempts)],
+        "turns": [turn_row(t) for t in turns] if turns is not None else [turn_row(Turn.of(completion, attempts))],
         "source_id": prompt.source_id,
         "input_fingerprint": prompt.fingerprint,
         **tool_columns(prompt),
@@ -169,20 +185,20 @@ def rejected_row(
     attempts: int,
     reason: str,
     detail: str,
-    turns: Sequence[dict[str, Any]] = (),
+    turns: Sequence[Turn] = (),
 ) -> dict[str, Any]:
     """The reject row: the last completion seen (if any), plus why it was rejected. `turns` are the turns that
     were accepted before the one that failed; the failed completion (if any) is appended to them."""
     if completion is None:
         row: dict[str, Any] = {"id": prompt.id, "messages": list(prompt.messages), "attempts": attempts}
         row["created_at"] = _now_us()
-        row["turns"] = list(turns) or None
+        row["turns"] = [turn_row(t) for t in turns] or None
         row["source_id"] = prompt.source_id
         row["input_fingerprint"] = prompt.fingerprint
         row.update(tool_columns(prompt))
         row.update(_kept(prompt.extra))
     else:
-        row = accepted_row(prompt, completion, attempts, [*turns, turn_entry(completion, attempts)])
+        row = accepted_row(prompt, completion, attempts, [*turns, Turn.of(completion, attempts)])
     row["reason"] = reason
     row["detail"] = detail
     return row

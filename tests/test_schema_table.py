@@ -1,11 +1,23 @@
 """schema.to_table: the single-turn fast path (turns built from the top-level columns, strings from one joined
 buffer) gives exactly the table Arrow's own per-value conversion gives, for every shape of row the store writes."""
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 
-from pipeline.records import Completion, Prompt
-from pipeline.schema import accepted_row, own_turn_only, reject_schema, rejected_row, shard_schema, to_table, turn_entry
+from pipeline.records import Completion, Prompt, Turn
+from pipeline.schema import (
+    TURN_KEYS,
+    accepted_row,
+    own_turn_only,
+    reject_schema,
+    rejected_row,
+    shard_schema,
+    to_table,
+    turn_of,
+    turn_row,
+)
 from pipeline.store import synthetic as syn
 
 
@@ -17,7 +29,7 @@ def _conversation(pid: str) -> dict:
     prompt = Prompt(id=pid, messages=({"role": "user", "content": "u2"},), source="t")
     first = Completion(reasoning="r1 é", answer="a1", finish_reason="stop", prompt_tokens=3, completion_tokens=4)
     last = Completion(reasoning="r2 ✓", answer="a2", finish_reason="stop", prompt_tokens=5, completion_tokens=6)
-    return accepted_row(prompt, last, attempts=1, turns=[turn_entry(first, 2), turn_entry(last, 1)])
+    return accepted_row(prompt, last, attempts=1, turns=[Turn.of(first, 2), Turn.of(last, 1)])
 
 
 def _single(pid: str, reasoning: str | None, answer: str) -> dict:
@@ -66,3 +78,10 @@ def test_a_lone_surrogate_fails_as_arrow_fails():
         _arrow([row], reject_schema())
     with pytest.raises(arrow_error.type):  # the store salvages exactly these (shards.ARROW_VALUE_ERRORS)
         to_table([row], reject_schema())
+
+
+def test_a_turn_record_has_the_turns_columns_fields_and_round_trips_through_its_row():
+    assert tuple(f.name for f in dataclasses.fields(Turn)) == TURN_KEYS
+    turn = Turn.of(Completion(reasoning="r", answer="a", finish_reason="stop", endpoint="e", latency_s=1.5), 3)
+    assert turn_of(turn_row(turn)) == turn and turn_row(turn)["attempts"] == 3
+    assert turn_of({"reasoning": "r", "answer": "a", "finish_reason": "stop"}) == Turn("r", "a", "stop", attempts=0)

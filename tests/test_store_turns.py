@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from pipeline.records import Turn
 from pipeline.store import RunStore
 from pipeline.store import synthetic as syn
 
@@ -10,8 +11,8 @@ def _store(run_dir: Path, shard_rows: int = 10) -> RunStore:
     return RunStore(run_dir, worker_index=0, num_workers=1, keep_fields=(), shard_rows=shard_rows, row_group_rows=4)
 
 
-def _turn(k: int) -> dict:
-    return {"reasoning": f"r{k}", "answer": f"a{k}", "finish_reason": "stop", "attempts": 1}
+def _turn(k: int) -> Turn:
+    return Turn(reasoning=f"r{k}", answer=f"a{k}", finish_reason="stop", attempts=1)
 
 
 def test_turns_survive_a_crash_and_are_handed_back_in_order(tmp_path: Path) -> None:

@@ -34,8 +34,8 @@ from ..errors import (
     PermanentRequestError,
     RequestError,
 )
-from ..records import Completion, Prompt
-from ..schema import accepted_row, rejected_row, turn_entry
+from ..records import Completion, Prompt, Turn
+from ..schema import accepted_row, rejected_row
 from ..validator import looping, validate
 from .circuit import FailureCircuit
 from .deadline import Deadlines
@@ -45,7 +45,7 @@ from .metrics import Metrics
 class Sink(Protocol):
     def add_accepted(self, row: dict[str, Any]) -> None: ...
     def add_rejected(self, row: dict[str, Any]) -> None: ...
-    def add_turn(self, prompt_id: str, k: int, turn: dict[str, Any]) -> None: ...
+    def add_turn(self, prompt_id: str, k: int, turn: Turn) -> None: ...
 
 
 @dataclass
@@ -70,7 +70,7 @@ class Dispatcher:
         *,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        partial: dict[str, list[dict[str, Any]]] | None = None,
+        partial: dict[str, list[Turn]] | None = None,
         circuit: FailureCircuit | None = None,
     ):
         self.cfg = cfg
@@ -114,11 +114,11 @@ class Dispatcher:
         """Drive one prompt, every turn of it, to its final place: exactly one add_accepted or add_rejected call."""
         positions = prompt.positions
         done = self.partial.pop(prompt.id, [])[: len(positions) - 1]
-        attempts = sum(t.get("attempts") or 0 for t in done)
+        attempts = sum(t.attempts for t in done)
         for k in range(len(done), len(positions)):
             request = self._request(prompt, k, done)
             last = k == len(positions) - 1
-            home = done[-1].get("endpoint") if done else None  # its radix cache holds this turn's history
+            home = done[-1].endpoint if done else None  # its radix cache holds this turn's history
             label = f"turn {k + 1}/{len(positions)}: " if len(positions) > 1 else ""
             outcome = await self._turn(request, ep, done, label, home if self.cfg.client.sticky_conversations else None)
             ep = None
@@ -127,7 +127,7 @@ class Dispatcher:
             completion, turn = outcome
             if home is not None:
                 self.metrics.record_later_turn(completion.endpoint == home)
-            attempts += turn["attempts"]
+            attempts += turn.attempts
             done.append(turn)
             if last:
                 self.sink.add_accepted(accepted_row(request, completion, attempts, done))
@@ -136,13 +136,13 @@ class Dispatcher:
                 self.sink.add_turn(prompt.id, k, turn)
                 self.metrics.output_tokens += completion.completion_tokens or 0
 
-    def _request(self, prompt: Prompt, k: int, done: list[dict[str, Any]]) -> Prompt:
+    def _request(self, prompt: Prompt, k: int, done: list[Turn]) -> Prompt:
         """The prompt as sent for turn k: the conversation before it, with the regenerated answers."""
         keep = self.cfg.generation.history_reasoning
         if not prompt.turns and (keep or not any("reasoning_content" in m for m in prompt.messages)):
             return prompt  # one new turn after the given messages: sent as they are
-        answers = [t.get("answer") or "" for t in done]
-        reasoning = [t.get("reasoning") for t in done] if keep else []
+        answers = [t.answer for t in done]
+        reasoning = [t.reasoning for t in done] if keep else []
         messages = conversation.request(prompt.messages, prompt.positions, k, answers, reasoning, kept_reasoning=keep)
         return dataclasses.replace(prompt, messages=tuple(messages))
 
@@ -150,10 +150,10 @@ class Dispatcher:
         self,
         prompt: Prompt,
         ep: EndpointState | None,
-        done: list[dict[str, Any]],
+        done: list[Turn],
         label: str,
         prefer: str | None = None,
-    ) -> tuple[Completion, dict[str, Any]] | None:
+    ) -> tuple[Completion, Turn] | None:
         """One turn within its attempts: the accepted completion and its `turns` entry, or None once the row is
         rejected (stored here, with the turns `done` before it). Each attempt prefers the endpoint `prefer`."""
         t = _Tally()
@@ -170,7 +170,7 @@ class Dispatcher:
             self._learn_chars_per_token(completion)
             verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
             if verdict.ok:
-                return completion, turn_entry(completion, t.attempts)
+                return completion, Turn.of(completion, t.attempts)
             t.last, t.reason, t.detail = completion, verdict.reason or "invalid", verdict.detail
             spent = self._spent_tokens(completion)
             self.metrics.output_tokens += spent
@@ -314,7 +314,7 @@ class Dispatcher:
         attempts: int,
         reason: str,
         detail: str,
-        done: Sequence[dict[str, Any]] = (),
+        done: Sequence[Turn] = (),
     ) -> None:
         self.sink.add_rejected(rejected_row(prompt, last, attempts, reason, detail, done))
         self.metrics.record_reject(reason)

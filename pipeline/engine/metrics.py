@@ -10,6 +10,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..records import Turn
+
 if TYPE_CHECKING:
     from .dispatcher import Sink
 
@@ -152,7 +154,7 @@ class CountingSink:
         self.sink.add_accepted(row)
         self.metrics.record_stored(row)
 
-    def add_turn(self, prompt_id: str, k: int, turn: dict[str, Any]) -> None:
+    def add_turn(self, prompt_id: str, k: int, turn: Turn) -> None:
         self.sink.add_turn(prompt_id, k, turn)
 
     def add_rejected(self, row: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ from ..endpoints.state import DRAINING, EndpointState
 from ..endpoints.transport import proxy_for, shown
 from ..errors import ConfigError, Interrupted, RegenError
 from ..inputs.reader import PromptReader
-from ..records import BadInput, Prompt
+from ..records import BadInput, Prompt, Turn
 from ..schema import bad_input_row
 from ..store import DoneSet, ResumeState, RunStore, heartbeat, id_hashes, owns_many
 from ..store.durable import output_errors
@@ -133,7 +133,7 @@ class Runner:
         self._stack: AsyncExitStack | None = None
         self.gate: Gate | None = None
         self._set_aside: list[dict[str, str]] = []
-        self._partial: dict[str, list[dict[str, Any]]] = {}
+        self._partial: dict[str, list[Turn]] = {}
         self._queue: asyncio.Queue[Prompt | None] | None = None
         self._started = time.time()
         self._ended = ""  # how the run ended, for its last heartbeat: finished, interrupted ("" = stopped on an error)

@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from ..schema import own_turn, own_turn_only
+from ..records import Turn
+from ..schema import own_turn, own_turn_only, turn_of, turn_row
 from .durable import fsync_dir, output_errors, unlink_quiet
 
 ACCEPTED = "accepted"
@@ -86,19 +87,19 @@ def read_journal(path: Path, kinds: tuple[str, ...] = KINDS) -> Iterator[Journal
                 yield entry
 
 
-def read_turns(journals: list[JournalFile]) -> dict[str, dict[int, dict[str, Any]]]:
+def read_turns(journals: list[JournalFile]) -> dict[str, dict[int, Turn]]:
     """The journaled turns of unfinished conversations: id -> {k: turn}."""
-    turns: dict[str, dict[int, dict[str, Any]]] = {}
+    turns: dict[str, dict[int, Turn]] = {}
     for journal in journals:
         for entry in read_journal(journal.path, (TURN,)):
             k, turn = entry.row.get("k"), entry.row.get("turn")
             if isinstance(k, int) and isinstance(turn, dict):
-                turns.setdefault(entry.row["id"], {})[k] = turn
+                turns.setdefault(entry.row["id"], {})[k] = turn_of(turn)
     return turns
 
 
-def turn_line(prompt_id: str, k: int, turn: dict[str, Any]) -> bytes:
-    return encode(TURN, {"id": prompt_id, "k": k, "turn": turn})
+def turn_line(prompt_id: str, k: int, turn: Turn) -> bytes:
+    return encode(TURN, {"id": prompt_id, "k": k, "turn": turn_row(turn)})
 
 
 def _decode(line: bytes, kinds: tuple[str, ...]) -> JournalEntry | None:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OutputError
+from ..records import Turn
 from ..schema import reject_schema, shard_schema
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors
@@ -60,7 +61,7 @@ class ResumeState:
     recovered_rows: int = 0
     set_aside: list[dict[str, str]] = dataclasses.field(default_factory=list)  # damaged parts moved to damaged/
     # Finished turns of this worker's unfinished conversations: id -> [turn 0, turn 1, ...] (a contiguous prefix).
-    partial: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    partial: dict[str, list[Turn]] = dataclasses.field(default_factory=dict)
 
 
 class RunStore:
@@ -167,14 +168,14 @@ class RunStore:
         self._new_parts(self._journal.seq)
         return state
 
-    def _partial(self, turns: dict[str, dict[int, dict[str, Any]]], done: DoneSet) -> dict[str, list[dict[str, Any]]]:
+    def _partial(self, turns: dict[str, dict[int, Turn]], done: DoneSet) -> dict[str, list[Turn]]:
         """The journaled turns this worker will resume: its own ids, not finished, from turn 0 without a gap."""
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[Turn]] = {}
         for prompt_id, by_k in turns.items():
             h = id_hash(prompt_id)
             if h in done or not owns(h, self.worker_index, self.num_workers):
                 continue
-            prefix: list[dict[str, Any]] = []
+            prefix: list[Turn] = []
             while len(prefix) in by_k:
                 prefix.append(by_k[len(prefix)])
             if prefix:
@@ -261,14 +262,14 @@ class RunStore:
     def add_rejected(self, row: dict[str, Any]) -> None:
         self._add(REJECTED, row)
 
-    def add_turn(self, prompt_id: str, k: int, turn: dict[str, Any]) -> None:
+    def add_turn(self, prompt_id: str, k: int, turn: Turn) -> None:
         """Journal turn `k` of a conversation whose row is not finished: a crash keeps it (within ~1 s like rows),
         and the next open() hands it back in `ResumeState.partial`."""
         self._check_usable()
         line = turn_line(prompt_id, k, turn)
         with self._buffer_lock:
             self._open_turns.setdefault(prompt_id, []).append(line)
-            self._buffer.append((TURN, turn, line))
+            self._buffer.append((TURN, {}, line))  # journaled only: no part holds a turn
 
     def _add(self, kind: str, row: dict[str, Any]) -> None:
         self._check_usable()
