@@ -145,7 +145,9 @@ def test_status_and_inspect_do_not_load_matplotlib_or_datasets(tmp_path: Path) -
 
 
 _RUN_DIR_LITERAL = re.compile(
-    r'/ "(shards|rejects|journal|locks|metrics|heartbeats|damaged|run\.json)"|"(shards|rejects|journal)/"'
+    r'/ ["\'](shards|rejects|journal|locks|metrics|heartbeats|damaged|run\.json)["\']'
+    r'|["\'](shards|rejects|journal)/["\']'
+    r"|'(shards|rejects)' if .* else '(shards|rejects)'"
 )
 
 

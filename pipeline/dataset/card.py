@@ -396,7 +396,7 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise OutputError(f"{run_dir / 'run.json'}: unreadable manifest: {exc}") from None
+        raise OutputError(f"{run_dir / MANIFEST}: unreadable manifest: {exc}") from None
     return data if isinstance(data, dict) else {}
 
 

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from ..store.layout import RunLayout
 from .refusals import refused_summary
 
 
@@ -97,7 +98,8 @@ class Progress:
             lines.append(f"  loops: {loops_line(loops)}")
         for url, ep in snap.get("endpoints", {}).items():
             lines.append(f"  endpoint {url}: {ep['ok']} ok, {ep['errors']} errors, state {ep['state']}")
-        lines.append(f"  shards: {run_dir / 'shards'}  rejects: {run_dir / 'rejects'}")
+        layout = RunLayout(run_dir)
+        lines.append(f"  shards: {layout.shards}  rejects: {layout.rejects}")
         print("\n".join(lines), file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..store.files import DataFile
+from ..store.layout import REJECTS, SHARDS
 
 _SAMPLE_COLUMNS = [
     "id",
@@ -72,7 +73,7 @@ def _locate(row_groups: Sequence[int], row: int) -> tuple[int, int]:
 
 
 def _label(f: DataFile) -> str:
-    return f"{'rejects' if f.rejects else 'shards'}/{f.name}"
+    return f"{REJECTS if f.rejects else SHARDS}/{f.name}"
 
 
 def prompt_text(messages: list[dict[str, Any]] | None) -> str:

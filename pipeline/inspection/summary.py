@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
+from ..store.layout import REJECTS, SHARDS
 from . import stats
 from .frame import Frame
 from .sample import choose, fetch_rows, sample_entry
@@ -81,7 +82,7 @@ def _select(files: list[DataFile], shard: str | None) -> list[DataFile]:
 
 
 def _label(f: DataFile) -> str:
-    return f"{'rejects' if f.rejects else 'shards'}/{f.name}"
+    return f"{REJECTS if f.rejects else SHARDS}/{f.name}"
 
 
 def _overview(d: stats.Derived) -> dict[str, Any]:
