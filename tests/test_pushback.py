@@ -1,17 +1,20 @@
 """A server that refuses for load (HTTP 503 queue full, a router's 429/408) is live and full, not down: the pool
-holds its admissions back and probes it (endpoints/retry.py Pushback, endpoints/pool.py), on a fake clock."""
+holds its admissions back and probes it (endpoints/retry.py Pushback, endpoints/pool.py), on a fake clock; and
+endpoints/pushback.py on its own, on one endpoint, with the clock's readings passed in."""
 
 import asyncio
+import logging
 
 import pytest
 
 from pipeline.config import ClientConfig, GenerationConfig
+from pipeline.endpoints import pushback
 from pipeline.endpoints.autosize import Autosizer
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.health import HealthMonitor
 from pipeline.endpoints.pool import Pool
 from pipeline.endpoints.retry import PushbackPolicy, control_interval_s
-from pipeline.endpoints.state import DOWN, HEALTHY, EndpointState
+from pipeline.endpoints.state import DEGRADED, DOWN, DRAINING, HEALTHY, RETIRED, EndpointState
 from pipeline.errors import RetryableRequestError
 
 QUEUE_FULL = RetryableRequestError("http://a: HTTP 503: The request queue is full.", status=503)
@@ -183,3 +186,119 @@ def test_control_loops_follow_the_scaled_health_interval() -> None:
         assert ep.down_until == pytest.approx(clock.now + 0.2)  # first probe within the control interval, not 1 s
 
     asyncio.run(scenario())
+
+
+# -- endpoints/pushback.py on its own: one endpoint, no pool, times passed in ---------------------------------------
+BASE = 0.5  # the endpoint() policy: holds of 0.5, 1, 2, 2 ... s; a probe unrefused for 0.5 s ends the push-back
+T0 = 100.0
+
+
+def full(capacity: int = 4, inflight: int = 4, auto: bool = False, state: str = HEALTHY) -> EndpointState:
+    ep = endpoint("http://a", capacity, auto=auto)
+    ep.inflight, ep.state = inflight, state
+    return ep
+
+
+def test_the_first_refusal_holds_nothing_and_lets_one_probe_through() -> None:
+    ep = full()
+    ep.inflight -= 1  # the refused request came back
+    assert pushback.refused(ep, QUEUE_FULL, T0) is None
+    assert (ep.pushback.level, ep.pushback.ceiling, ep.pushbacks, ep.errors) == (1, 3, 1, 1)
+    assert ep.last_error == str(QUEUE_FULL) and ep.pushed_back_at is None and ep.capacity == 4
+    assert pushback.admits(ep, T0, probe=True)  # the probe, at once ...
+    assert not pushback.admits(ep, T0, probe=False)  # ... but only to a request that may be it
+    assert pushback.admitted(ep, T0) == BASE  # calm once it is unrefused this long
+    ep.inflight += 1
+    assert not pushback.admits(ep, T0, probe=True)  # one probe
+
+
+@pytest.mark.parametrize(
+    ("auto", "capacity_after", "source"),
+    [(False, 4, "config"), (True, 3, "lowered: the server refused more")],
+    ids=["configured-capacity-kept", "automatic-capacity-lowered"],
+)
+def test_a_refused_probe_holds_admissions_and_lowers_an_automatic_capacity(
+    auto: bool, capacity_after: int, source: str
+) -> None:
+    ep = full(auto=auto, inflight=3)
+    pushback.refused(ep, QUEUE_FULL, T0)
+    pushback.admitted(ep, T0)
+    assert pushback.refused(ep, QUEUE_FULL, T0 + 0.01) == BASE  # the probe refused: hold
+    assert (ep.capacity, ep.capacity_source, ep.pushed_back_at) == (capacity_after, source, T0 + 0.01)
+    ep.inflight -= 1
+    assert not pushback.admits(ep, T0 + 0.01 + BASE - 0.001, probe=True)
+    assert pushback.admits(ep, T0 + 0.01 + BASE, probe=True)
+
+
+def test_refusals_of_requests_sent_before_the_hold_change_nothing() -> None:
+    ep = full()
+    pushback.refused(ep, QUEUE_FULL, T0)
+    for later in (0.01, 0.02, 0.03):  # no probe admitted since: these were on their way already
+        assert pushback.refused(ep, QUEUE_FULL, T0 + later) is None
+    assert (ep.pushback.level, ep.pushback.refusals, ep.pushbacks) == (1, 4, 4)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "hold"),
+    [(None, 0.0), (4.0, 4.0), (99.0, 30.0)],
+    ids=["none-probe-at-once", "retry-after-is-the-hold", "retry-after-capped"],
+)
+def test_a_retry_after_holds_from_the_first_refusal(retry_after: float | None, hold: float) -> None:
+    ep = full()
+    error = RetryableRequestError("429", status=429, retry_after=retry_after)
+    assert (pushback.refused(ep, error, T0) or 0.0) == hold
+    assert pushback.refused_within(ep, T0, 1.0) is (hold > 0)
+
+
+@pytest.mark.parametrize("state", [DOWN, DRAINING, RETIRED], ids=str)
+def test_a_refusal_from_an_endpoint_not_live_is_only_counted(state: str) -> None:
+    ep = full(state=state)
+    assert pushback.refused(ep, QUEUE_FULL, T0) is None
+    assert (ep.pushbacks, ep.errors, ep.pushback.active, ep.last_error) == (1, 1, False, "")
+
+
+@pytest.mark.parametrize("state", [HEALTHY, DEGRADED], ids=str)
+def test_a_live_endpoint_pushes_back_whatever_its_health(state: str) -> None:
+    ep = full(state=state)
+    pushback.refused(ep, QUEUE_FULL, T0)
+    assert ep.pushback.active and ep.state == state and ep.consecutive_failures == 0
+
+
+def test_an_unrefused_probe_ends_it_and_restores_what_the_server_held(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="regen.endpoints")
+    ep = full(capacity=8, inflight=6)
+    pushback.refused(ep, QUEUE_FULL, T0)  # ceiling 6
+    pushback.admitted(ep, T0)
+    pushback.refused(ep, QUEUE_FULL, T0 + 0.1)  # held 0.5 s
+    pushback.admitted(ep, T0 + 0.6)
+    ep.inflight = 2
+    assert not pushback.calm(ep, T0 + 0.6 + BASE - 0.001)
+    assert pushback.calm(ep, T0 + 0.6 + BASE)
+    assert not ep.pushback.active and (ep.ramp, ep.limit) == (6, 6)
+    ep.ramp_up()
+    ep.ramp_up()
+    assert (ep.ramp, ep.limit) == (0, 8)  # one more per success, then its capacity
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert events == ["endpoint_pushback", "endpoint_pushback_over"]
+    assert "after 1.1s of push-back (2 refused)" in caplog.records[-1].getMessage()
+
+
+def test_admits_ends_a_calm_episode_first() -> None:
+    ep = full(inflight=2)
+    pushback.refused(ep, QUEUE_FULL, T0)  # held 2
+    pushback.admitted(ep, T0)
+    ep.inflight = 1
+    assert not pushback.admits(ep, T0 + BASE - 0.001, probe=False)  # only the probe until then
+    assert pushback.admits(ep, T0 + BASE, probe=False)  # calm: an ordinary admission again, ...
+    assert not ep.pushback.active and ep.limit == 2  # ... up to the level it held
+
+
+@pytest.mark.parametrize(
+    ("pushed_back_at", "now", "within"),
+    [(None, T0, False), (T0, T0 + 1.9, True), (T0, T0 + 2.0, False)],
+    ids=["never", "within", "just-over"],
+)
+def test_refused_within(pushed_back_at: float | None, now: float, within: bool) -> None:
+    ep = full()
+    ep.pushed_back_at = pushed_back_at
+    assert pushback.refused_within(ep, now, 2.0) is within

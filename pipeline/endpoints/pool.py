@@ -1,10 +1,10 @@
-"""The endpoint pool: health state, circuit breaker, least-loaded choice, concurrency and rate limits.
+"""The endpoint pool: slots on the endpoints, handed to waiting workers, and the events that change them.
 
-Each endpoint is healthy, degraded (recent failures, still used), down (circuit open: no requests until a
-`/health` probe passes), draining (listed no more; in-flight requests finish) or retired (never again); which
-event moves it where is `lifecycle.py`'s table, and the pool says when each happens and what follows. A worker
-asks the pool for a slot; the pool hands freed slots to waiting workers in order, retries before new prompts,
-picking the endpoint with the fewest outstanding requests relative to its capacity.
+A worker asks the pool for a slot; the pool hands freed slots to waiting workers in order, retries before new
+prompts, picking the endpoint with the fewest outstanding requests relative to its capacity, within its rate limit.
+When a request ends the pool records its outcome and says which event it is: which state that leads to is
+`lifecycle.py`'s table (healthy, degraded, down, draining, retired), when failures open the circuit and when it is
+probed again is the breaker's (`breaker.py`), and what a refusal for load does is the push-back's (`pushback.py`).
 
 Two waits are kept apart. Waiting for a free slot while endpoints are usable is the normal state of a saturated
 pool and is never an error. Only time during which no endpoint is usable at all (every one down, draining or
@@ -16,16 +16,8 @@ waiting up to `prefer_wait_s` for one ahead of the two lines (it can use no othe
 bounded); then, or at once when that endpoint is down, draining or retired, it falls back to the least-loaded
 choice like any other request.
 
-An endpoint whose probe passes comes back half-open with a few slots (`ramp`) that grow by one per success, so a
-server that answers `/health` but fails requests costs a few requests per probe, and a restarted one is full again
-within a couple of request durations.
-
-A server that refuses a request for load (SGLang's 503 "The request queue is full.", a router's 429 or 408) is
-live and full, not failing: the refusal never counts toward the circuit breaker (the endpoint is marked down only
-when requests cannot connect or `/health` fails). The endpoint pushes back instead (`retry.Pushback`): it admits
-one probe, then nothing new for a hold that grows with each refused probe (Retry-After is a floor), and once a
-probe goes unrefused it takes as many requests as it held when the refusals began, at once (an automatic endpoint
-also lowers its capacity to that level, and the autosizer regrows it).
+A pushing-back endpoint admits only its probe, and the pool gives that probe to a new prompt rather than to a
+retry when one waits (a probe is likely refused, and a retry has already used attempts).
 """
 
 from __future__ import annotations
@@ -37,16 +29,18 @@ from collections import deque
 from collections.abc import Callable
 
 from ..errors import EndpointError, RequestError
+from . import pushback
+from .breaker import Breaker
 from .lifecycle import DOWN, LIVE, Event, next_state
-from .retry import control_interval_s
-from .state import PUSHBACK_STATUSES, RAMP_START, EndpointState
+from .state import PUSHBACK_STATUSES, EndpointState
 
 log = logging.getLogger("regen.endpoints")
 POLL_S = 1.0  # how often a waiting worker re-checks the pool (state changes also wake it at once)
 
 
 class Pool:
-    """Endpoint selection and bookkeeping. `failure_threshold` consecutive failures open the circuit."""
+    """Slots on the endpoints and the lines waiting for them. `failure_threshold` consecutive failures open an
+    endpoint's circuit; its cooldown doubles up to `max_cooldown_s` (`breaker.Breaker`)."""
 
     def __init__(
         self,
@@ -59,8 +53,7 @@ class Pool:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.endpoints = endpoints
-        self.failure_threshold = failure_threshold
-        self.max_cooldown_s = max_cooldown_s
+        self.breaker = Breaker(failure_threshold, max_cooldown_s)
         self.no_endpoint_timeout_s = no_endpoint_timeout_s
         self.prefer_wait_s = prefer_wait_s
         self.clock = clock
@@ -74,20 +67,10 @@ class Pool:
 
     # -- slots ---------------------------------------------------------------------------------------------------
     def _pick(self, probe: bool = True) -> EndpointState | None:
-        best: EndpointState | None = None
-        for ep in self.endpoints:
-            if self._admits(ep, probe) and (best is None or ep.inflight / ep.capacity < best.inflight / best.capacity):
-                best = ep
-        return best
-
-    def _admits(self, ep: EndpointState, probe: bool = True) -> bool:
-        """A request may go to `ep` now: it is usable and, if it is pushing back, its probe is due and the request
-        may be that probe (`probe`)."""
-        if ep.pushback.active and ep.pushback.calm(self.clock()):  # (also checked on release)
-            self._calmed(ep)
-        if not ep.pushback.active:
-            return ep.usable
-        return probe and ep.usable and ep.pushback.may_admit(self.clock())
+        """The admitting endpoint with the fewest requests in flight relative to its capacity (ties: the first)."""
+        now = self.clock()
+        admitting = [ep for ep in self.endpoints if pushback.admits(ep, now, probe=probe)]
+        return min(admitting, key=lambda ep: ep.inflight / ep.capacity, default=None)
 
     def _probe_for_retries(self) -> bool:
         """Whether a retry may be a pushing-back endpoint's probe: only when no new prompt waits to be it. A probe
@@ -96,9 +79,8 @@ class Pool:
 
     def _admit(self, ep: EndpointState) -> EndpointState:
         ep.inflight += 1
-        if ep.pushback.active:  # the probe: waiting workers get another look once its calm period is over
-            ep.pushback.admitted(self.clock())
-            self._wake_in(ep.pushback.policy.calm_s)
+        if (calm_s := pushback.admitted(ep, self.clock())) is not None:
+            self._wake_in(calm_s)  # the probe: waiting workers get another look once its calm period is over
         return ep
 
     async def acquire(self, *, retry: bool = False, prefer: str | None = None) -> EndpointState:
@@ -131,7 +113,7 @@ class Pool:
     async def _take_home(self, home: EndpointState) -> EndpointState | None:
         """A slot on `home`, now or within `prefer_wait_s`; None when none came (or it stopped being live)."""
         line = self._pinned.setdefault(home.url, deque())
-        if self._admits(home, probe=False) and not line:
+        if pushback.admits(home, self.clock(), probe=False) and not line:
             return self._admit(home)
         if self.prefer_wait_s <= 0:
             return None
@@ -211,7 +193,7 @@ class Pool:
                     line.popleft()
                 elif ep.state not in LIVE:  # down, draining or retired: fall back to any endpoint now
                     line.popleft().set_result(None)
-                elif self._admits(ep, probe=False):  # its probe goes to a prompt that can go elsewhere
+                elif pushback.admits(ep, self.clock(), probe=False):  # its probe goes to a prompt that can go elsewhere
                     line.popleft().set_result(self._admit(ep))
                 else:
                     break
@@ -234,22 +216,20 @@ class Pool:
             pass
         elif error is None:
             self._succeeded(ep, latency)
-        elif error.status in PUSHBACK_STATUSES:
-            self._pushed_back(ep, error)
+        elif error.status in PUSHBACK_STATUSES:  # live and full: a push-back, never the breaker's
+            if hold := pushback.refused(ep, error, self.clock()):
+                self._wake_in(hold)
         else:
             self._failed(ep, str(error))
-        if ep.pushback.active and ep.pushback.calm(self.clock()):
-            self._calmed(ep)
+        pushback.calm(ep, self.clock())
         self._wake()
 
     def _succeeded(self, ep: EndpointState, latency: float | None) -> None:
         ep.ok += 1
-        ep.consecutive_failures = 0
-        ep.cooldown_s = 1.0
+        self.breaker.succeeded(ep)
         ep.last_ok_at = self.clock()
         self._move(ep, Event.SUCCEEDED)
-        if ep.ramp:
-            ep.ramp = 0 if ep.ramp + 1 >= ep.capacity else ep.ramp + 1
+        ep.ramp_up()
         if latency is not None:
             ep.latencies.append(latency)
             if len(ep.latencies) > 512:
@@ -257,46 +237,12 @@ class Pool:
 
     def _failed(self, ep: EndpointState, why: str) -> None:
         ep.errors += 1
-        ep.consecutive_failures += 1
+        opens = self.breaker.failed(ep)
         if next_state(ep.state, Event.FAILED):  # once down or retired, the reason it went stays its last error
-            self._error(ep, why)
+            ep.note_error(why, self.clock())
             self._move(ep, Event.FAILED)
-            if ep.consecutive_failures >= self.failure_threshold:
+            if opens:
                 self.mark_down(ep, why)
-
-    def _pushed_back(self, ep: EndpointState, error: RequestError) -> None:
-        """The server refused for load: it is live. Admit less there (see the module docstring), never mark it down."""
-        ep.errors += 1
-        ep.pushbacks += 1
-        if ep.state not in LIVE:
-            return
-        self._error(ep, str(error))
-        hold = ep.pushback.refused(self.clock(), ep.inflight, error.retry_after)
-        if not hold:  # None: admitted before the last hold, nothing new; 0: the first refusal, probe at once
-            return
-        # Refused again (or told to wait): the server is full at the level it held, not for one request.
-        ep.pushed_back_at = self.clock()
-        if ep.auto_capacity and ep.pushback.ceiling < ep.capacity:
-            ep.capacity, ep.capacity_source = ep.pushback.ceiling, "lowered: the server refused more"
-        if ep.pushback.holds == 1:
-            log.info(
-                "%s: pushing back (%s); one request at a time until it takes them again",
-                ep.url, error, extra={"event": "endpoint_pushback", "url": ep.url, "why": str(error)},
-            )  # fmt: skip
-        self._wake_in(hold)
-
-    def _calmed(self, ep: EndpointState) -> None:
-        """Its probe went unrefused: take as many requests as it held when the refusals began, at once."""
-        pb = ep.pushback
-        if pb.holds:
-            log.info(
-                "%s: taking requests again after %.1fs of push-back (%d refused)",
-                ep.url, self.clock() - pb.started_at, pb.refusals,
-                extra={"event": "endpoint_pushback_over", "url": ep.url, "refused": pb.refusals},
-            )  # fmt: skip
-        pb.end()
-        level = min(ep.limit, pb.ceiling)
-        ep.ramp = level if level < ep.capacity else 0
 
     def _wake_in(self, delay_s: float) -> None:
         """Look at the waiting workers again when a hold or a probe's calm period ends (no request ends it)."""
@@ -316,9 +262,6 @@ class Pool:
         self._note_liveness()
         return True
 
-    def _error(self, ep: EndpointState, why: str) -> None:
-        ep.last_error, ep.last_error_at = why, self.clock()
-
     def _note_liveness(self) -> None:
         if any(ep.state in LIVE for ep in self.endpoints):
             self._unusable_since = None
@@ -331,49 +274,41 @@ class Pool:
         return 0.0 if self._unusable_since is None else self.clock() - self._unusable_since
 
     def mark_down(self, ep: EndpointState, why: str) -> None:
-        """Open the circuit: probe again after a cooldown that doubles each time it opens (up to the max).
+        """Open the circuit: probe again after the breaker's cooldown (`breaker.Breaker.opened`).
 
         An endpoint already down stays on its schedule and keeps its reason: the requests it had in flight fail
         one by one when it goes, and each of them must not push its next probe further away.
         """
         if not self._move(ep, Event.WENT_DOWN):
             return
-        self._error(ep, why)
+        ep.note_error(why, self.clock())
         log.warning("%s: down (%s)", ep.url, why, extra={"event": "endpoint_down", "url": ep.url, "why": why})
-        ep.ramp = 0
+        self.breaker.opened(ep, self.clock())
         ep.pushback.end()
-        # The first probe: after the cooldown, but within the control interval (the monitor's longest wait)
-        ep.down_until = self.clock() + min(ep.cooldown_s, control_interval_s(ep.client.cfg.health_interval_s))
-        ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
         self._wake_pinned()  # its conversations go elsewhere now
 
     def probe_failed(self, ep: EndpointState, why: str, *, max_wait_s: float) -> None:
         """A probe of a down endpoint failed: probe again after its cooldown, at most `max_wait_s` from now."""
         if ep.state != DOWN:
             return
-        self._error(ep, why)
-        ep.down_until = self.clock() + min(ep.cooldown_s, max_wait_s)
-        ep.cooldown_s = min(self.max_cooldown_s, ep.cooldown_s * 2)
+        ep.note_error(why, self.clock())
+        self.breaker.probe_failed(ep, self.clock(), max_wait_s=max_wait_s)
 
     def probe_missed(self, ep: EndpointState, why: str, in_a_row: int) -> None:
         """A live endpoint failed `in_a_row` probes (not yet enough to declare it down): say so in reports."""
         ep.probe_failures = in_a_row
-        self._error(ep, why)
+        ep.note_error(why, self.clock())
 
     def mark_up(self, ep: EndpointState) -> None:
         """A probe passed: half-open the circuit (degraded; one more failure opens it again), then ramp up."""
         if self._move(ep, Event.PROBE_PASSED):
             log.info("%s: up again, back in the pool", ep.url, extra={"event": "endpoint_up", "url": ep.url})
-            ep.consecutive_failures = self.failure_threshold - 1
-            ep.down_until = 0.0
-            ep.probe_failures = 0
-            start = max(1, ep.capacity // RAMP_START)
-            ep.ramp = start if start < ep.capacity else 0
+            self.breaker.half_opened(ep)
             self._wake()
 
     def due_for_probe(self) -> list[EndpointState]:
         now = self.clock()
-        return [ep for ep in self.endpoints if ep.state == DOWN and ep.down_until <= now]
+        return [ep for ep in self.endpoints if self.breaker.due(ep, now)]
 
     def kill(self, ep: EndpointState, why: str) -> int:
         """The endpoint is hung: mark it down and cancel its in-flight requests (they retry elsewhere)."""
@@ -387,7 +322,7 @@ class Pool:
     def retire(self, ep: EndpointState, why: str) -> None:
         """Never use this endpoint again in this run (its configuration is not the one that was checked)."""
         self._move(ep, Event.RETIRED)
-        self._error(ep, why)
+        ep.note_error(why, self.clock())
         log.warning("%s: retired for this run: %s", ep.url, why, extra={"event": "endpoint_retired", "url": ep.url})
         self._wake_pinned()
 
@@ -407,11 +342,11 @@ class Pool:
     def undrain(self, ep: EndpointState) -> None:
         """A drained endpoint was listed again: probe it before use."""
         self._move(ep, Event.LISTED_AGAIN)
-        ep.down_until, ep.cooldown_s = 0.0, 1.0
+        self.breaker.probe_at_once(ep)
 
     def pushed_back_within(self, ep: EndpointState, seconds: float) -> bool:
         """The server refused requests for load, enough to hold admissions, less than `seconds` ago."""
-        return ep.pushed_back_at is not None and self.clock() - ep.pushed_back_at < seconds
+        return pushback.refused_within(ep, self.clock(), seconds)
 
     # -- reports -------------------------------------------------------------------------------------------------
     def describe(self) -> str:

@@ -1,7 +1,7 @@
 """Retry and back-off policies as values, and the pace of the endpoint control loops.
 
 `RetryPolicy` spaces one prompt's attempts; `PushbackPolicy` spaces one endpoint's admissions while its server
-pushes back (pool.py). `control_interval_s` is the one pace of the loops that watch endpoints (probes of a down
+pushes back (pushback.py). `control_interval_s` is the one pace of the loops that watch endpoints (probes of a down
 endpoint, `/v1/loads` reads, the longest push-back hold), derived from `client.health_interval_s` so that a
 run whose timeouts are all scaled down (tests, the soak benchmark) scales these with them.
 """
@@ -84,13 +84,13 @@ class PushbackPolicy:
 
 @dataclass
 class Pushback:
-    """One endpoint's push-back episode, driven by the pool with its clock's readings (so tests need no sleep).
+    """One endpoint's push-back episode, driven by `pushback.py` with the pool clock's readings (no sleep in tests).
 
     The first refusal starts an episode: the endpoint holds `ceiling` requests (what it had in flight then, the
     level the server took) and admits one more request at once as a probe. Each further refusal of a probe holds
     admissions for `policy.hold_for(level)`, then admits one probe again. Refusals of requests admitted before the
     latest hold began (several can be on their way back together) tell nothing new and are only counted. A probe
-    that goes unrefused for `policy.calm_s` ends the episode: the pool restores the `ceiling`.
+    that goes unrefused for `policy.calm_s` ends the episode: `pushback.calm` restores the `ceiling`.
     """
 
     policy: PushbackPolicy = field(default_factory=PushbackPolicy)

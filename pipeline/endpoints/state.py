@@ -1,5 +1,6 @@
 """One endpoint as the pool sees it: its state (`lifecycle.py`), capacity and ramp, requests in flight, counters for
-reports, and its push-back episode. The pool (`pool.py`) decides; this holds."""
+reports, its failure streak and probe schedule (`breaker.py`) and its push-back episode (`pushback.py`). The pool
+(`pool.py`) and those two modules decide; this holds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from .lifecycle import DEGRADED, DOWN, DRAINING, HEALTHY, LIVE, RETIRED
 from .retry import Pushback, PushbackPolicy
 
 __all__ = ["DEGRADED", "DOWN", "DRAINING", "HEALTHY", "LIVE", "PUSHBACK_STATUSES", "RETIRED", "EndpointState"]
-RAMP_START = 4  # a half-open endpoint starts with capacity / RAMP_START slots (at least one)
 # A live server refusing for load: SGLang's scheduler answers 503 when its waiting queue is full
 # (`managers/scheduler.py::_abort_on_queued_limit`); sglang-router answers 429 (queue full) and 408 (queue timeout).
 PUSHBACK_STATUSES = frozenset({408, 429, 503})
@@ -68,3 +68,16 @@ class EndpointState:
     @property
     def usable(self) -> bool:
         return self.state in LIVE and self.inflight < self.limit
+
+    def ramp_to(self, level: int) -> None:
+        """Use `level` slots for now, one more per success (`ramp_up`) up to its capacity (at once if it is that)."""
+        self.ramp = level if level < self.capacity else 0
+
+    def ramp_up(self) -> None:
+        """One more slot after a success while it ramps; full capacity once the ramp reaches it."""
+        if self.ramp:
+            self.ramp_to(self.ramp + 1)
+
+    def note_error(self, why: str, now: float) -> None:
+        """The last error, for reports and exit messages (`now`: the pool's clock)."""
+        self.last_error, self.last_error_at = why, now
