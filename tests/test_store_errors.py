@@ -1,8 +1,21 @@
+"""The store's own errors: a file in the way, a read-only run directory, a disk that fills (both failures injected
+without mounting, so the tests run on every machine)."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import io
 import os
+import resource
+import signal
 import subprocess
-from collections.abc import Iterator
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -10,26 +23,11 @@ import pytest
 from pipeline.errors import OutputError
 from pipeline.store import RunStore
 from pipeline.store import synthetic as syn
+from tests.conftest import ROOT
 
 
 def _store(run_dir: Path) -> RunStore:
     return RunStore(run_dir, worker_index=0, num_workers=1, keep_fields=(), shard_rows=20, row_group_rows=4)
-
-
-def _mount(*args: str) -> None:
-    result = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount here: {result.stderr.strip()}")
-
-
-@contextmanager
-def _mounted(target: Path, *args: str) -> Iterator[Path]:
-    target.mkdir(parents=True, exist_ok=True)
-    _mount(*args, str(target))
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", "-l", str(target)], check=True)
 
 
 def _read_all(run_dir: Path) -> list[str]:
@@ -53,47 +51,129 @@ def test_a_file_where_shards_should_be_is_a_clear_error(tmp_path):
         _store(tmp_path / "run").open()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
-def test_read_only_run_dir_is_refused_with_the_reason(tmp_path):
+@contextmanager
+def _read_only(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`root` as on a file system mounted read-only, without mounting (which needs privileges CI may lack, and
+    root ignores file modes): every call that would change something under it fails with EROFS, as the kernel's
+    would; reads, and a mkdir of what exists (EEXIST first, as Linux checks), go through."""
+    real_open, real_io_open, real_mkdir = os.open, io.open, os.mkdir
+
+    def inside(path: object) -> bool:
+        return isinstance(path, (str, os.PathLike)) and Path(os.fspath(path)).absolute().is_relative_to(root)
+
+    def refuse(path: Any) -> OSError:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    def os_open(path: Any, flags: int, *args: Any, **kw: Any) -> int:
+        writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        if inside(path) and flags & writes:
+            raise refuse(path)
+        return real_open(path, flags, *args, **kw)
+
+    def io_open(file: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
+        if inside(file) and set(mode) & set("wax+"):
+            raise refuse(file)
+        return real_io_open(file, mode, *args, **kw)
+
+    def mkdir(path: Any, *args: Any, **kw: Any) -> None:
+        if inside(path):
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(path))
+            raise refuse(path)
+        real_mkdir(path, *args, **kw)
+
+    def changes(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*paths: Any, **kw: Any) -> Any:
+            for path in paths:
+                if inside(path):
+                    raise refuse(path)
+            return real(*paths, **kw)
+
+        return call
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", os_open)
+        m.setattr(io, "open", io_open)
+        m.setattr(builtins, "open", io_open)
+        m.setattr(os, "mkdir", mkdir)
+        for name in ("replace", "rename", "unlink", "remove", "rmdir"):
+            m.setattr(os, name, changes(getattr(os, name)))
+        yield
+
+
+def test_read_only_run_dir_is_refused_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
     store = _store(run)
     store.open()
     store.add_accepted(syn.accepted("a"))
     store.close()
-    with _mounted(run, "--bind", str(run)):
-        _mount("-o", "remount,bind,ro", str(run))
-        with pytest.raises(OutputError, match="read-only file system"):
+    before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*"))
+    with _read_only(run, monkeypatch):
+        with pytest.raises(OutputError, match="read-only file system") as info:
             _store(run).open()
-        assert _read_all(run) == ["a"]
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
-def test_full_disk_stops_with_a_clear_error_and_resumes_once_space_is_free(tmp_path):
-    with _mounted(tmp_path / "disk", "-t", "tmpfs", "-o", "size=2m", "tmpfs") as disk:
-        ballast = disk / "ballast"
-        ballast.write_bytes(os.urandom(1_400_000))
-        run = disk / "run"
-        store = _store(run)
-        store.open()
-        synced: list[str] = []
-        with pytest.raises(OutputError, match="no space left on device") as info:
-            for i in range(10_000):
-                store.add_accepted(syn.accepted(f"p{i}", text_bytes=7000))
-                if i % 5 == 4:
-                    store.sync_blocking()
-                    synced = [f"p{j}" for j in range(i + 1)]
         assert str(run) in str(info.value)
-        with pytest.raises(OutputError, match="earlier error"):
-            store.sync_blocking()
-        store.close()  # releases the lock; commits nothing more
-        assert len(synced) >= 20
-        assert set(_read_all(run)) <= set(synced)  # every committed file reads
+        assert _read_all(run) == ["a"]
+    assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*")) == before
 
-        ballast.unlink()
-        again = _store(run)
-        state = again.open()
-        again.close()
-        ids = _read_all(run)
-        assert len(ids) == len(set(ids))
-        assert set(synced) <= set(ids)  # every synced row survived in the journal
-        assert state.accepted == len(ids)
+
+# A worker whose disk fills: a write past the limit fails with EFBIG (RLIMIT_FSIZE, SIGXFSZ ignored), the same
+# failed write(2) a full disk gives, in any process, without a tmpfs to mount. The limit is per file, so after two
+# committed shards of 7 KB rows one 1.2 MB row is what no longer fits. The writer reports each sync.
+FILLING = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pipeline.errors import OutputError
+    from pipeline.store import RunStore
+    from pipeline.store import synthetic as syn
+
+    run = Path(sys.argv[1])
+    store = RunStore(run, worker_index=0, num_workers=1, keep_fields=(), shard_rows=20, row_group_rows=4)
+    store.open()
+    try:
+        for i in range(100):
+            store.add_accepted(syn.accepted(f"p{i}", text_bytes=1_200_000 if i == 47 else 7000))
+            if i % 5 == 4:
+                store.sync_blocking()
+                print("synced", i + 1, flush=True)
+    except OutputError as exc:
+        print("error", exc, flush=True)
+    try:
+        store.sync_blocking()
+    except OutputError as exc:
+        print("again", exc, flush=True)
+    store.close()
+    """
+)
+DISK = 1_000_000
+
+
+def _small_disk() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (DISK, DISK))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+
+
+def test_full_disk_stops_with_a_clear_error_and_resumes_once_space_is_free(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    child = subprocess.run(
+        [sys.executable, "-c", FILLING, str(run)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        preexec_fn=_small_disk,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("error ")]
+    assert len(errors) == 1 and "file too large" in errors[0] and str(run) in errors[0], lines[-3:]
+    assert any(line.startswith("again ") and "earlier error" in line for line in lines), lines[-3:]
+    counts = [int(line.split()[1]) for line in lines if line.startswith("synced ")]
+    synced = [f"p{j}" for j in range(max(counts, default=0))]
+    assert len(synced) == 45  # the syncs before the one that failed
+    assert len(_read_all(run)) == 40  # two shards committed
+    assert set(_read_all(run)) <= set(synced)  # every committed file reads
+
+    again = _store(run)  # space is free again: a process without the limit
+    state = again.open()
+    again.close()
+    ids = _read_all(run)
+    assert len(ids) == len(set(ids))
+    assert set(synced) <= set(ids)  # every synced row survived in the journal
+    assert state.accepted == len(ids)
