@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -30,11 +30,20 @@ from ..errors import (
     UnresolvedHostError,
 )
 
-if TYPE_CHECKING:
-    from .transport import Timeouts
+
+class Bounds(Protocol):
+    """The bounds a request ran under (`transport.Timeouts`), read to say which one ran out. A protocol, so this map
+    does not import the transport that imports it."""
+
+    @property
+    def connect(self) -> float: ...
+    @property
+    def total(self) -> float | None: ...
+    @property
+    def stall(self) -> float | None: ...
 
 
-def from_exception(exc: BaseException, url: str, timeouts: Timeouts, *, answered: bool) -> RequestError:
+def from_exception(exc: BaseException, url: str, timeouts: Bounds, *, answered: bool) -> RequestError:
     """The error class of a request that got no whole response. `answered`: its status line had come."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(exc.os_error, socket.gaierror):

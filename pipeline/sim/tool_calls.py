@@ -7,10 +7,19 @@ returns a parsed one (`message.tool_calls`, `finish_reason: "tool_calls"`, `matc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .protocol import GenRequest
+
+class ToolRequest(Protocol):
+    """What of a request (`protocol.GenRequest`) these functions read; a protocol, so this module does not import
+    the one that imports it."""
+
+    @property
+    def tools(self) -> tuple[str, ...]: ...
+    @property
+    def tool_marker(self) -> str | None: ...
+    @property
+    def tool_call(self) -> str | None: ...
 
 
 # A prompt asks the simulator to call one of the request's tools instead of answering: on every attempt, or on the
@@ -45,19 +54,19 @@ def tool_marker(messages: list[dict[str, Any]]) -> str | None:
     return TOOL_CALL_ONCE if TOOL_CALL_ONCE in content else TOOL_CALL_ALWAYS if TOOL_CALL_ALWAYS in content else None
 
 
-def tool_call_for(req: GenRequest, attempt: int) -> str | None:
+def tool_call_for(req: ToolRequest, attempt: int) -> str | None:
     """The tool the `attempt`-th request (0-based) of this prompt calls, or None: it answers."""
     if not req.tools or req.tool_marker is None:
         return None
     return req.tools[0] if req.tool_marker == TOOL_CALL_ALWAYS or attempt == 0 else None
 
 
-def tool_calls(req: GenRequest, rid: str) -> list[dict[str, Any]]:
+def tool_calls(req: ToolRequest, rid: str) -> list[dict[str, Any]]:
     """The `tool_calls` of a message that calls `req.tool_call`, as SGLang's parser returns them."""
     call = {"name": req.tool_call, "arguments": "{}"}
     return [{"id": f"call_{rid[:24]}", "index": 0, "type": "function", "function": call}]
 
 
-def tool_call_text(req: GenRequest) -> str:
+def tool_call_text(req: ToolRequest) -> str:
     """The call as the model writes it (Qwen/Hermes style), which is what content holds without a parser."""
     return f'<tool_call>\n{{"name": "{req.tool_call}", "arguments": {{}}}}\n</tool_call>'
