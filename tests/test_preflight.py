@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from pipeline.cli import main
 from pipeline.config import config_from_dict
 from pipeline.server import server_args
+from pipeline.server.checks import Check, worker_checks
 from pipeline.server.preflight import (
     PROBE_PROMPT,
     PROBE_RID_PREFIX,
@@ -336,3 +339,96 @@ def test_capacity_is_computed_from_the_args_when_the_server_does_not_report_it()
     assert server_args.effective_concurrency({**info, "disable_overlap_schedule": True}) == 6
     assert server_args.effective_concurrency({**info, "disable_radix_cache": True}) == 24
     assert server_args.effective_concurrency({**info, "model_path": "Qwen/Qwen3-8B"}) == 48
+
+
+_JSON_CONFIG = """
+[generation]
+model = "Qwen3.6-27B"
+[client]
+backoff_base_s = 0.01
+[[endpoints]]
+url = "sim"
+concurrency = 5000
+sim_args = ["--served-model-name", "Qwen3.6-27B", "--max-running-requests", "8"]
+[[endpoints]]
+url = "sim"
+sim_args = ["--mamba-scheduler-strategy", "extra_buffer"]
+[[endpoints]]
+url = "http://127.0.0.1:CLOSED"
+[expect]
+speculative_algorithm = "EAGLE"
+mamba_scheduler_strategy = "extra_buffer"
+reasoning_parser = "qwen3"
+nonexistent_key_xyz = 3
+"""
+
+_CHECK_KEYS = ["name", "key", "expected", "actual", "ok", "hint", "level"]
+# What `regen preflight --json` printed for _JSON_CONFIG before checks became records (issue 26 item 3): each
+# check's values in the order of _CHECK_KEYS.
+_JSON_CHECKS = [
+    [
+        ["reachable", None, "open", "open", True, "", "info"],
+        ["health", None, 200, 200, True, "", "info"],
+        ["model", "served_model_name", MODEL, [MODEL], True, "", "info"],
+        ["speculative_algorithm", "speculative_algorithm", "EAGLE", None, False,
+         "speculative decoding is off: launch with --speculative-algorithm (EAGLE for MTP heads)", "error"],
+        ["mamba_scheduler_strategy", "mamba_radix_cache_strategy", "extra_buffer", "extra_buffer", True, "", "info"],
+        ["reasoning_parser", "reasoning_parser", "qwen3", None, False,
+         "without --reasoning-parser the reasoning lands in content with its </think>; launch with it", "error"],
+        ["nonexistent_key_xyz", "nonexistent_key_xyz", 3, None, False,
+         "SGLang 0.5.23 does not report nonexistent_key_xyz", "error"],
+        ["concurrency", "effective_max_running_requests", "≥ 5000", 8, True,
+         "the server runs at most 8 requests at once: --max-running-requests 8 caps this server at 8 running "
+         "requests; raise --max-running-requests or lower endpoints.concurrency from 5000 to 8", "warning"],
+        ["thinking", "reasoning_content", "separated", "reasoning inside content", False,
+         "no --reasoning-parser (or separate_reasoning off): the client splits at </think> itself, but launch with "
+         "--reasoning-parser qwen3", "error"],
+        ["speculative", "speculative_algorithm", None, "off", True,
+         "launch with --speculative-algorithm to decode faster", "info"],
+    ],
+    [
+        ["start", None, "the simulator starts",
+         "argparse: unrecognized arguments: --mamba-scheduler-strategy extra_buffer", False, "fix endpoints.sim_args",
+         "error"],
+    ],
+    [
+        ["reachable", None, "open", "port closed", False,
+         "still loading weights or not started: SGLang binds its port only after loading", "error"],
+    ],
+]  # fmt: skip
+
+
+def test_preflight_json_keeps_its_keys_their_order_and_values(tmp_path, capsys) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = str(sock.getsockname()[1])
+    config = tmp_path / "c.toml"
+    config.write_text(_JSON_CONFIG.replace("CLOSED", closed))
+    assert main(["preflight", str(config), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)  # dicts keep the order of the text
+    assert list(out) == ["ok", "endpoints"] and out["ok"] is False
+    endpoints = out["endpoints"]
+    assert [list(ep) for ep in endpoints] == [["url", "ok", "reachable", "version", "checks", "info"]] * 3
+    assert [(ep["ok"], ep["reachable"], ep["version"]) for ep in endpoints] == [
+        (False, True, "0.5.23"),
+        (False, False, None),
+        (False, False, None),
+    ]
+    assert [[list(c) for c in ep["checks"]] for ep in endpoints] == [[_CHECK_KEYS] * len(c) for c in _JSON_CHECKS]
+    assert [[list(c.values()) for c in ep["checks"]] for ep in endpoints] == _JSON_CHECKS
+    assert endpoints[1]["info"] == {} and list(endpoints[0]["info"]) == list(endpoints[2]["info"])
+
+
+def test_a_workers_check_in_json_names_the_worker_last() -> None:
+    refused = Check("reachable", None, expected="open", actual="port closed", ok=False, hint="h")
+    (tagged,) = worker_checks([("http://w:1", [refused])], [("reasoning_parser", "qwen3", "expect")])
+    assert list(tagged.as_json().items()) == [
+        ("name", "reachable"),
+        ("key", None),
+        ("expected", "open"),
+        ("actual", "port closed"),
+        ("ok", False),
+        ("hint", "the router lists it but it cannot be reached from here: not checked: reasoning_parser"),
+        ("level", "error"),
+        ("worker", "http://w:1"),
+    ]

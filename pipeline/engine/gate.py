@@ -75,8 +75,8 @@ class Gate:
         """Warn, before any prompt is sent, about each server that would leave tool calls in the text."""
         for result in results:
             for check in judge_tool_parser(result):
-                result["checks"].append(check)
-                log.warning("%s", check["hint"], extra={"event": "no_tool_call_parser", "url": result["url"]})
+                result["checks"].append(check.as_json())
+                log.warning("%s", check.hint, extra={"event": "no_tool_call_parser", "url": result["url"]})
 
     def _deadline(self) -> str:
         """When the run gives up if no endpoint comes up (client.no_endpoint_timeout_s from now, as a UTC time)."""

@@ -1,9 +1,9 @@
 """Preflight's judgement, pure functions of what was observed: observations in, checks out.
 
 Only what `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else is
-information. Every check is `{name, key, expected, actual, ok, hint, level}`: `key` is the /server_info key
-actually checked (version-aware for the mamba strategy), `level` is "error" for a failed check, else "warning" or
-"info".
+information. Every check is a `Check` (`{name, key, expected, actual, ok, hint, level}` as JSON): `key` is the
+/server_info key actually checked (version-aware for the mamba strategy), `level` is "error" for a failed check, else
+"warning" or "info".
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config import Config, EndpointConfig
@@ -39,18 +39,39 @@ class Observed:
 # ---------------------------------------------------------------- judging (pure)
 
 
-def make_check(
-    name: str, key: str | None, expected: Any, actual: Any, ok: bool, hint: str = "", level: str | None = None
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "key": key,
-        "expected": expected,
-        "actual": actual,
-        "ok": ok,
-        "hint": hint,
-        "level": level or ("info" if ok else "error"),
-    }
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """One verdict of preflight on one server. `expected` and `actual` are what `--json` shows (any JSON value);
+    `level` left empty is "info" when `ok`, else "error"; `worker` names the server behind a router it was made on."""
+
+    name: str
+    key: str | None
+    _: dataclasses.KW_ONLY
+    expected: Any
+    actual: Any
+    ok: bool
+    hint: str = ""
+    level: str = ""
+    worker: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.level:
+            object.__setattr__(self, "level", "info" if self.ok else "error")  # frozen: set once, here
+
+    def as_json(self) -> dict[str, Any]:
+        """The check in `regen preflight --json` and run.json: these keys in this order (`worker` when set)."""
+        out = {
+            "name": self.name,
+            "key": self.key,
+            "expected": self.expected,
+            "actual": self.actual,
+            "ok": self.ok,
+            "hint": self.hint,
+            "level": self.level,
+        }
+        if self.worker is not None:
+            out["worker"] = self.worker
+        return out
 
 
 def derived_values(got: Observed) -> dict[str, Any]:
@@ -66,23 +87,15 @@ def derived_values(got: Observed) -> dict[str, Any]:
     }
 
 
-def judge_reach(got: Observed, spec: EndpointConfig) -> list[dict[str, Any]]:
+def judge_reach(got: Observed, spec: EndpointConfig) -> list[Check]:
     if got.reach == "port closed":
-        return [
-            make_check(
-                "reachable",
-                None,
-                "open",
-                "port closed",
-                False,
-                "still loading weights or not started: SGLang binds its port only after loading",
-            )
-        ]
+        hint = "still loading weights or not started: SGLang binds its port only after loading"
+        return [Check("reachable", None, expected="open", actual="port closed", ok=False, hint=hint)]
     if got.reach != "open":
         dns = "resolve" in got.reach  # preflight says "cannot resolve host ..." for a DNS failure
         hint = "check the host name in the endpoint URL" if dns else "network problem or server hung"
-        return [make_check("reachable", None, "open", got.reach, False, hint)]
-    checks = [make_check("reachable", None, "open", "open", True)]
+        return [Check("reachable", None, expected="open", actual=got.reach, ok=False, hint=hint)]
+    checks = [Check("reachable", None, expected="open", actual="open", ok=True)]
     if got.auth_status in (401, 403):
         env = spec.api_key_env
         hint = (
@@ -90,27 +103,30 @@ def judge_reach(got: Observed, spec: EndpointConfig) -> list[dict[str, Any]]:
             if env and os.environ.get(env)
             else "the server wants an API key: set endpoints.api_key_env to a variable holding it"
         )
-        checks.append(make_check("auth", None, "accepted", f"refused ({got.auth_status})", False, hint))
+        refused = f"refused ({got.auth_status})"
+        checks.append(Check("auth", None, expected="accepted", actual=refused, ok=False, hint=hint))
     return checks
 
 
-def judge_basics(got: Observed, cfg: Config) -> list[dict[str, Any]]:
+def judge_basics(got: Observed, cfg: Config) -> list[Check]:
     ok = got.health == 200
     hint = "" if ok else "503: still warming up, or shutting down" if got.health == 503 else "unexpected /health"
-    checks = [make_check("health", None, 200, got.health, ok, hint)]
+    checks = [Check("health", None, expected=200, actual=got.health, ok=ok, hint=hint)]
     wanted = cfg.generation.model
     served = got.models or [str((got.info or {}).get("served_model_name"))]
     if wanted == "default":
-        checks.append(make_check("model", "served_model_name", None, served, True, "generation.model not set"))
+        hint = "generation.model not set"
+        checks.append(Check("model", "served_model_name", expected=None, actual=served, ok=True, hint=hint))
     else:
         hint = "" if wanted in served else "set generation.model to the served name (or --served-model-name)"
         if ":" in wanted and wanted not in served:
             hint = "a model name with ':' is read as base:adapter (LoRA) and refused with 400"
-        checks.append(make_check("model", "served_model_name", wanted, served, wanted in served, hint))
+        ok = wanted in served
+        checks.append(Check("model", "served_model_name", expected=wanted, actual=served, ok=ok, hint=hint))
     return checks
 
 
-def judge_expect(got: Observed, expectations: list[Expectation]) -> list[dict[str, Any]]:
+def judge_expect(got: Observed, expectations: list[Expectation]) -> list[Check]:
     info = got.info or {}
     version = info.get("version")
     derived = derived_values(got)
@@ -125,13 +141,13 @@ def judge_expect(got: Observed, expectations: list[Expectation]) -> list[dict[st
         else:
             actual, present = info.get(key), key in info
         if not present:
-            if source == "launch":  # a launcher-only flag (or one this version does not report): information
-                checks.append(make_check(label, key, expected, None, True, "not reported by /server_info", "info"))
-            else:
-                checks.append(make_check(label, key, expected, None, False, missing_hint(key, info, version)))
+            launched = source == "launch"  # a launcher-only flag (or one this version does not report): information
+            hint = "not reported by /server_info" if launched else missing_hint(key, info, version)
+            checks.append(Check(label, key, expected=expected, actual=None, ok=launched, hint=hint))
             continue
         if source == "launch" and expected == "auto":
-            checks.append(make_check(label, key, expected, actual, True, f"SGLang resolved auto to {actual}"))
+            hint = f"SGLang resolved auto to {actual}"
+            checks.append(Check(label, key, expected=expected, actual=actual, ok=True, hint=hint))
             continue
         ok = server_args.same_value(key, expected, actual)
         if (
@@ -145,7 +161,7 @@ def judge_expect(got: Observed, expectations: list[Expectation]) -> list[dict[st
         hint = "" if ok else drift_hint(key, expected, actual, info, version)
         if not ok and source == "launch":
             hint = f"you passed {label}={expected}, the server runs {key}={actual}: {hint}"
-        checks.append(make_check(label, key, expected, actual, ok, hint))
+        checks.append(Check(label, key, expected=expected, actual=actual, ok=ok, hint=hint))
     return checks
 
 
@@ -157,7 +173,7 @@ def missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
     return f"{where} does not report {key}" + (f"; did you mean {close[0]}?" if close else "")
 
 
-def judge_info(got: Observed, spec: EndpointConfig, expect_keys: set[str]) -> list[dict[str, Any]]:
+def judge_info(got: Observed, spec: EndpointConfig, expect_keys: set[str]) -> list[Check]:
     cap = derived_values(got)["effective_max_running_requests"]
     if cap is None or "effective_max_running_requests" in expect_keys:
         return []
@@ -168,7 +184,7 @@ def judge_info(got: Observed, spec: EndpointConfig, expect_keys: set[str]) -> li
 
 def judge_concurrency(
     cap: int, spec: EndpointConfig, who: str, cause: server_args.Capacity | None = None
-) -> list[dict[str, Any]]:
+) -> list[Check]:
     """Information (a warning naming the capping flag when the config sends more than the server runs at once),
     never drift: the run still works, at the server's pace."""
     short = spec.concurrency > cap
@@ -181,12 +197,11 @@ def judge_concurrency(
             "or raise --max-running-requests (hybrid models: the mamba cache caps it)"
         )
     level = "warning" if short else "info"
-    return [
-        make_check("concurrency", "effective_max_running_requests", f"≥ {spec.concurrency}", cap, True, hint, level)
-    ]
+    expected, key = f"≥ {spec.concurrency}", "effective_max_running_requests"
+    return [Check("concurrency", key, expected=expected, actual=cap, ok=True, hint=hint, level=level)]
 
 
-def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[str, Any]]:
+def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[Check]:
     """What the probe completion shows: whether the reasoning comes apart from the answer, and (on a server, not a
     router) whether speculative decoding is on. A missing parser is drift only when [expect] asks for one."""
     probe = got.probe
@@ -197,19 +212,24 @@ def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[
             f"refused for load {probe.get('refused', 1)} times (its queue is full: another run on this server?); "
             "the reasoning split was not checked here, and every completion is still validated"
         )
-        return [make_check("probe", None, "a completion", probe["error"], True, hint, "warning")]
-    if "error" in probe:
         return [
-            make_check("probe", None, "a completion", probe["error"], False, "the server cannot answer a chat request")
+            Check("probe", None, expected="a completion", actual=probe["error"], ok=True, hint=hint, level="warning")
         ]
+    if "error" in probe:
+        hint = "the server cannot answer a chat request"
+        return [Check("probe", None, expected="a completion", actual=probe["error"], ok=False, hint=hint)]
     must = "reasoning_parser" in expect_keys
     if not probe["content"] and not probe["reasoning"]:  # nothing to judge the reasoning split on: not drift
         hint = (
             f"{probe.get('empty', 1)} probe replies in a row had neither reasoning nor answer; the reasoning split "
             "was not checked, and the run rejects empty completions (empty_response) and retries them"
         )
-        return [make_check("thinking", "reasoning_content", "a completion with text", "empty completions", True,
-                           hint, "warning")]  # fmt: skip
+        expected, actual = "a completion with text", "empty completions"
+        return [
+            Check(
+                "thinking", "reasoning_content", expected=expected, actual=actual, ok=True, hint=hint, level="warning"
+            )
+        ]
     if cfg.generation.thinking:
         checks = [_separated_check(probe["content"], probe["reasoning"], must)]
     else:
@@ -219,7 +239,7 @@ def judge_probe(got: Observed, cfg: Config, expect_keys: set[str]) -> list[dict[
     return checks
 
 
-def _separated_check(content: str, reasoning: str | None, must: bool) -> dict[str, Any]:
+def _separated_check(content: str, reasoning: str | None, must: bool) -> Check:
     """Thinking on: the reasoning in its own field, no </think> left in the answer."""
     separated = bool(reasoning) and "</think>" not in content
     actual = (
@@ -237,30 +257,31 @@ def _separated_check(content: str, reasoning: str | None, must: bool) -> dict[st
             "</think> itself, but launch with --reasoning-parser qwen3"
         )
     )
-    level = None if separated or must else "warning"
-    return make_check("thinking", "reasoning_content", "separated", actual, separated or not must, hint, level)
+    level = "" if separated or must else "warning"
+    ok = separated or not must
+    return Check("thinking", "reasoning_content", expected="separated", actual=actual, ok=ok, hint=hint, level=level)
 
 
-def _clean_check(content: str, must: bool) -> dict[str, Any]:
+def _clean_check(content: str, must: bool) -> Check:
     """Thinking off: no think markers in the answer."""
     clean = "</think>" not in content
-    return make_check(
+    return Check(
         "thinking",
         "content",
-        "no think markers",
-        "clean" if clean else "</think> in content",
-        clean or not must,
-        "" if clean else "thinking is off but the answer carries </think>",
+        expected="no think markers",
+        actual="clean" if clean else "</think> in content",
+        ok=clean or not must,
+        hint="" if clean else "thinking is off but the answer carries </think>",
     )
 
 
-def _speculative_check(got: Observed) -> dict[str, Any]:
+def _speculative_check(got: Observed) -> Check:
     """Information: the speculative algorithm and its accept length, or a nudge to turn it on."""
     spec = (got.info or {}).get("speculative_algorithm")
     accept = derived_values(got)["spec_accept_length"]
     actual = f"{spec}, accept length {accept}" if spec else "off"
     hint = "" if spec else "launch with --speculative-algorithm to decode faster"
-    return make_check("speculative", "speculative_algorithm", None, actual, True, hint)
+    return Check("speculative", "speculative_algorithm", expected=None, actual=actual, ok=True, hint=hint)
 
 
 def info_of(got: Observed) -> dict[str, Any]:
@@ -285,30 +306,23 @@ def info_of(got: Observed) -> dict[str, Any]:
     }
 
 
-def worker_checks(workers: list[dict[str, Any]], expectations: list[Expectation]) -> list[dict[str, Any]]:
-    """A router's own checks: every worker's server-arg checks, tagged with the worker, or why none were made."""
+def worker_checks(workers: Sequence[tuple[str, Sequence[Check]]], expectations: list[Expectation]) -> list[Check]:
+    """A router's own checks: every worker's (url, checks) server-arg checks, tagged with the worker, or why none
+    were made."""
     if not workers:
         names = ", ".join(n for n, _, _ in expectations) or "none asked"
-        return [
-            make_check(
-                "router workers",
-                None,
-                "listed at /workers",
-                [],
-                not expectations,
-                f"the router lists no workers: [expect] checks not made ({names})",
-            )
-        ]
+        hint = f"the router lists no workers: [expect] checks not made ({names})"
+        return [Check("router workers", None, expected="listed at /workers", actual=[], ok=not expectations, hint=hint)]
     out = []
-    for worker in workers:
-        for check in worker["checks"]:
-            if check["name"] in ("model", "probe", "thinking", "speculative", "concurrency"):
+    for url, checks in workers:
+        for check in checks:
+            if check.name in ("model", "probe", "thinking", "speculative", "concurrency"):
                 continue
-            tagged = {**check, "worker": worker["url"]}
-            if check["name"] == "reachable" and not check["ok"]:
+            tagged = dataclasses.replace(check, worker=url)
+            if check.name == "reachable" and not check.ok:
                 names = ", ".join(n for n, _, _ in expectations)
-                tagged["hint"] = f"the router lists it but it cannot be reached from here: not checked: {names}"
-                tagged["ok"] = not expectations
+                hint = f"the router lists it but it cannot be reached from here: not checked: {names}"
+                tagged = dataclasses.replace(tagged, hint=hint, ok=not expectations)
             out.append(tagged)
     return out
 
@@ -357,7 +371,7 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def judge_tool_parser(result: dict[str, Any]) -> list[dict[str, Any]]:
+def judge_tool_parser(result: Mapping[str, Any]) -> list[Check]:
     """For an input with tools: a warning per server (each worker behind a router) that has no tool-call parser
     (`tool_call_parser` null in /server_info). Such a server leaves a call in the answer's text (`<tool_call>...`)
     and never says `finish_reason: "tool_calls"`, so a text turn that calls a tool cannot be told from an answer."""
@@ -367,17 +381,21 @@ def judge_tool_parser(result: dict[str, Any]) -> list[dict[str, Any]]:
         info = server.get("info") or {}
         if not server.get("reachable") or info.get("server_info_path") is None or info.get("tool_call_parser"):
             continue
+        hint = (
+            f"{url}: the input has tools but the server parses no tool calls; launch SGLang with "
+            "--tool-call-parser NAME (qwen25 for Qwen2.5/Qwen3, llama3, mistral, deepseekv3, ...) so a text turn "
+            "that calls a tool comes back as tool_calls and is resampled"
+        )
+        expected = "a parser (the input has tools)"
         out.append(
-            {
-                "name": "tool call parser",
-                "key": "tool_call_parser",
-                "expected": "a parser (the input has tools)",
-                "actual": None,
-                "ok": True,
-                "level": "warning",
-                "hint": f"{url}: the input has tools but the server parses no tool calls; launch SGLang with "
-                "--tool-call-parser NAME (qwen25 for Qwen2.5/Qwen3, llama3, mistral, deepseekv3, ...) so a text turn "
-                "that calls a tool comes back as tool_calls and is resampled",
-            }
+            Check(
+                "tool call parser",
+                "tool_call_parser",
+                expected=expected,
+                actual=None,
+                ok=True,
+                hint=hint,
+                level="warning",
+            )
         )
     return out

@@ -6,8 +6,9 @@ For one endpoint, `preflight_endpoint` gathers observations over the control pla
 (speculative decoding on or off, accept length, capacity) is information. Behind sglang-router, whose own
 /get_server_info describes the router, each worker listed at /workers is checked in turn.
 
-Every check is `{name, key, expected, actual, ok, hint, level}`: `key` is the /server_info key actually checked
-(version-aware for the mamba strategy), `level` is "error" for a failed check, else "warning" or "info".
+Every check is a `checks.Check`, `{name, key, expected, actual, ok, hint, level}` in JSON: `key` is the /server_info
+key actually checked (version-aware for the mamba strategy), `level` is "error" for a failed check, else "warning" or
+"info". An endpoint's checks make an `EndpointReport`; both become JSON only in what the public functions return.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..endpoints.transport import Transport
 from ..errors import EndpointDownError, RetryableRequestError
 from . import server_args
 from .checks import (
+    Check,
     Expectation,
     Observed,
     format_preflight,
@@ -35,7 +37,6 @@ from .checks import (
     judge_info,
     judge_probe,
     judge_reach,
-    make_check,
     worker_checks,
 )
 from .control import Control, Sleep, UnresolvedHost, control_plane, retrying
@@ -51,6 +52,37 @@ __all__ = [
     "preflight_endpoint",
     "server_fingerprint",
 ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndpointReport:
+    """Preflight's verdict on one endpoint (and, behind a router, on each worker it lists)."""
+
+    url: str
+    reachable: bool
+    checks: tuple[Check, ...]
+    info: dict[str, Any]
+    version: str | None = None
+    workers: tuple[EndpointReport, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def as_json(self) -> dict[str, Any]:
+        """`{url, ok, reachable, version, checks, info[, workers]}`, in this order: `regen preflight --json`."""
+        out = {
+            "url": self.url,
+            "ok": self.ok,
+            "reachable": self.reachable,
+            "version": self.version,
+            "checks": [c.as_json() for c in self.checks],
+            "info": self.info,
+        }
+        if self.workers is not None:
+            out["workers"] = [w.as_json() for w in self.workers]
+        return out
+
 
 # ---------------------------------------------------------------- observing
 
@@ -170,35 +202,42 @@ async def preflight_endpoint(
     "you passed X=a, the server runs X=b". Behind sglang-router, each listed worker is checked too.
     """
     retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
+    report = await _check_endpoint(url, cfg, api_key, probe, extra_expect, retry, sleep, transport)
+    return report.as_json()
+
+
+async def _check_endpoint(
+    url: str,
+    cfg: Config,
+    api_key: str | None,
+    probe: bool,
+    extra_expect: Mapping[str, Any] | None,
+    retry: RetryPolicy,
+    sleep: Sleep,
+    transport: Transport | None = None,
+) -> EndpointReport:
     ep = _endpoint_config(cfg, url)
     expectations = _expectations(cfg, extra_expect)
     async with control_plane(url, cfg.client, api_key, transport) as ctl:
         got = await _gather(ctl, cfg, probe, retry, sleep)
     checks = judge_reach(got, ep)
-    result: dict[str, Any] = {
-        "url": url,
-        "ok": False,
-        "reachable": got.reach == "open",
-        "version": None,
-        "checks": checks,
-        "info": info_of(got),
-    }
-    if not all(c["ok"] for c in checks):
-        return result
+    reachable = got.reach == "open"
+    if not all(c.ok for c in checks):
+        return EndpointReport(url, reachable, tuple(checks), info_of(got))
     expect_keys = {server_args.server_key(name) for name, _, _ in expectations}
     checks += judge_basics(got, cfg)
+    workers = None
     if got.router_workers is None:
         checks += judge_expect(got, expectations) + judge_info(got, ep, expect_keys)
     else:
-        result["workers"] = await _check_workers(got.router_workers, cfg, api_key, extra_expect, retry, sleep)
-        checks += worker_checks(result["workers"], expectations)
-        caps = [w["info"]["effective_max_running_requests"] for w in result["workers"] if w["reachable"]]
+        workers = await _check_workers(got.router_workers, cfg, api_key, extra_expect, retry, sleep)
+        checks += worker_checks([(w.url, w.checks) for w in workers], expectations)
+        caps = [w.info["effective_max_running_requests"] for w in workers if w.reachable]
         if caps and None not in caps and "effective_max_running_requests" not in expect_keys:
             checks += judge_concurrency(sum(caps), ep, "the router's workers together run")
     checks += judge_probe(got, cfg, expect_keys)
-    result["version"] = (got.info or {}).get("version")
-    result["ok"] = all(c["ok"] for c in checks)
-    return result
+    version = (got.info or {}).get("version")
+    return EndpointReport(url, reachable, tuple(checks), info_of(got), version, workers)
 
 
 async def _check_workers(
@@ -208,12 +247,8 @@ async def _check_workers(
     extra: Mapping[str, Any] | None,
     retry: RetryPolicy,
     sleep: Sleep,
-) -> list[dict[str, Any]]:
-    tasks = [
-        preflight_endpoint(u, cfg, api_key=api_key, probe=False, extra_expect=extra, retry=retry, sleep=sleep)
-        for u in urls
-    ]
-    return list(await asyncio.gather(*tasks))
+) -> tuple[EndpointReport, ...]:
+    return tuple(await asyncio.gather(*(_check_endpoint(u, cfg, api_key, False, extra, retry, sleep) for u in urls)))
 
 
 async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool = True) -> dict[str, Any]:
@@ -247,8 +282,10 @@ async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig) -> tuple[str, 
 
 
 async def _failed_start(spec: EndpointConfig, message: str) -> dict[str, Any]:
-    check = make_check("start", None, "the simulator starts", message, False, "fix endpoints.sim_args")
-    return {"url": spec.url, "ok": False, "reachable": False, "version": None, "checks": [check], "info": {}}
+    check = Check(
+        "start", None, expected="the simulator starts", actual=message, ok=False, hint="fix endpoints.sim_args"
+    )
+    return EndpointReport(spec.url, False, (check,), {}).as_json()
 
 
 async def server_fingerprint(
