@@ -60,8 +60,10 @@ def _args_preflight(p: argparse.ArgumentParser) -> None:
 
 def _args_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML config file")
-    p.add_argument("--dry-run", action="store_true", help="print the argv and write the script; start nothing")
-    p.add_argument("--script", type=Path, default=Path("launch.sh"), metavar="FILE", help="default ./launch.sh")
+    p.add_argument("--dry-run", action="store_true", help="print the argv and the script; write and start nothing")
+    p.add_argument(
+        "--script", type=Path, metavar="FILE", help="write the script here (default ./launch.sh; none on --dry-run)"
+    )
     _set(p)
 
 

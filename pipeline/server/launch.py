@@ -284,8 +284,11 @@ def _describe_exit(code: int) -> str:
 # ---------------------------------------------------------------- the whole launch
 
 
-async def launch(cfg: Config, *, dry_run: bool = False, script: Path = Path("launch.sh"), check: bool = True) -> dict:
+async def launch(cfg: Config, *, dry_run: bool = False, script: Path | None = None, check: bool = True) -> dict:
     """Write the launch script, then (unless `dry_run`) start the server, wait until healthy and preflight it.
+
+    `script` defaults to ./launch.sh; a dry run writes nothing unless `script` is given (the text is in
+    `script_text` either way), so trying a config never overwrites a script.
 
     Returns {ok, argv, pid, url, version, script, log_file, static, capacity, preflight}; `capacity` is the
     expected effective max_running_requests of the command ({requests, limit, flag, cause}). A fatal static problem
@@ -302,7 +305,11 @@ async def launch(cfg: Config, *, dry_run: bool = False, script: Path = Path("lau
         args = {k: v for k, v in cfg.launch.args.items() if k != "port"}
         cfg = dataclasses.replace(cfg, launch=dataclasses.replace(cfg.launch, port=port, args=args))
     argv = launch_argv(cfg)
-    await asyncio.to_thread(_write_script, script, launch_script(cfg, problems))
+    text = launch_script(cfg, problems)
+    if script is None and not dry_run:
+        script = Path("launch.sh")
+    if script is not None:
+        await asyncio.to_thread(_write_script, script, text)
     url = f"http://{_connect_host(host)}:{port}"
     result: dict[str, Any] = {
         "ok": not fatal,
@@ -310,7 +317,8 @@ async def launch(cfg: Config, *, dry_run: bool = False, script: Path = Path("lau
         "pid": None,
         "url": url,
         "version": version,
-        "script": str(script),
+        "script": str(script) if script is not None else None,
+        "script_text": text,
         "log_file": None,
         "static": problems,
         "capacity": expected_capacity(cfg, version),
@@ -322,6 +330,7 @@ async def launch(cfg: Config, *, dry_run: bool = False, script: Path = Path("lau
         raise PreflightError(
             f"SGLang {version or '(unknown version)'} would refuse this launch:\n{format_static(fatal)}"
         )
+    assert script is not None  # not a dry run: written above
     log_path = Path(cfg.launch.log_file) if cfg.launch.log_file else script.with_suffix(".log")
     pid = _spawn(argv, {**os.environ, **cfg.launch.env}, log_path)
     result.update(pid=pid, log_file=str(log_path))
@@ -354,7 +363,11 @@ def format_launch(result: Mapping[str, Any]) -> str:
     """What `regen launch` prints: the argv, the script, static problems, then the preflight table."""
     from .preflight import format_preflight
 
-    lines = [f"argv: {shlex.join(result['argv'])}", f"script: {result['script']}"]
+    lines = [f"argv: {shlex.join(result['argv'])}"]
+    if result["script"] is not None:
+        lines.append(f"script: {result['script']}")
+    else:
+        lines += ["script (not written by a dry run; --script FILE writes it):", result["script_text"].rstrip("\n")]
     cap = result.get("capacity")
     if cap is not None:
         runs = f"at most {cap['requests']} requests at once" if cap["requests"] else "a capacity set by GPU memory"

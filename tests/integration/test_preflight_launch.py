@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.config import config_from_dict
 from pipeline.errors import EndpointError, PreflightError
-from pipeline.server.launch import launch, stop
+from pipeline.server.launch import format_launch, launch, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "Qwen3.6-27B"
@@ -120,4 +120,16 @@ def test_dry_run_starts_nothing(tmp_path: Path) -> None:
     result = _launch(_cfg(tmp_path, args, "0.5.23"), tmp_path, dry_run=True)
     assert result["pid"] is None and result["preflight"] is None and not result["ok"]
     assert result["argv"][-2:] == ["--port", "0"]
-    assert (tmp_path / "launch.sh").exists() and not (tmp_path / "server.log").exists()
+    assert (tmp_path / "launch.sh").exists() and not (tmp_path / "server.log").exists()  # --script given: written
+
+
+def test_a_dry_run_without_script_writes_nothing_and_prints_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "launch.sh").write_text("#!/bin/sh\n# the user's own script\n")
+    result = asyncio.run(launch(_cfg(tmp_path, BASE, "0.5.23"), dry_run=True))
+    assert (tmp_path / "launch.sh").read_text() == "#!/bin/sh\n# the user's own script\n"  # not overwritten
+    assert result["script"] is None and result["pid"] is None
+    shown = format_launch(result)
+    assert "not written by a dry run" in shown and "exec " in shown and result["script_text"].strip() in shown
