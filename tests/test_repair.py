@@ -16,7 +16,7 @@ import yaml
 from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
 from pipeline.dataset.repair import ROWS, export_repaired
 from pipeline.errors import ConfigError, RegenError
-from pipeline.inputs.stored import content_id
+from pipeline.inputs.ids import content_id
 
 Q = {"role": "user", "content": "Why is the sky blue?"}
 SHORT = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]

@@ -30,11 +30,12 @@ import orjson
 
 from .. import conversation
 from ..errors import InputError, OutputError
+from ..inputs.ids import usable_id
 from ..inputs.input_files import _parse_line as parse_line
 from ..inputs.input_files import resolve
 from ..inputs.line_blocks import line_blocks, line_ranges, ordered_map, read_range
 from ..inputs.row_audit import BAD_INPUT, AuditOptions, RowAudit, audit_row
-from ..inputs.stored import StoredTurn, given_id, read_chunks
+from ..inputs.stored import StoredTurn, read_chunks
 from ..records import Verdict
 from .reservoirs import Examples, Reservoir
 
@@ -86,7 +87,7 @@ def _parts(kinds: dict[Path, str], opts: AuditOptions) -> Iterator[_Part]:
         for _, rows in read_chunks({path: kind}, columns, opts.batch_rows):
             part = _Part(opts, next(block), str(path))
             for row, data in rows:
-                given = given_id(data, opts.id_field) if isinstance(data, dict) else None
+                given = usable_id(data, opts.id_field) if isinstance(data, dict) else None
                 part.add(audit_row(data, opts), data, given, f"{path}:{row}")
             yield part
 
@@ -112,7 +113,7 @@ def audit_lines(path: str, opts: AuditOptions, item: tuple[int, bool, bytes | tu
             row: Any = orjson.loads(line)
         except orjson.JSONDecodeError:
             row = parse_line(line)  # the reader's own message for the bad line
-        given = given_id(row, opts.id_field) if isinstance(row, dict) else None
+        given = usable_id(row, opts.id_field) if isinstance(row, dict) else None
         part.add(audit_row(row, opts), row, given, local)
     return part
 

@@ -39,11 +39,12 @@ import pyarrow.parquet as pq
 from .. import conversation
 from ..config import Config, config_from_dict
 from ..errors import ConfigError, InputError, OutputError
+from ..inputs.ids import IdProblem, content_id, given_id
 from ..inputs.input_files import labels, resolve
 from ..inputs.row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
-from ..inputs.stored import INLINE, REASONING_FIELDS, content_id, fingerprint, given_id, split_message, with_system
+from ..inputs.stored import INLINE, REASONING_FIELDS, fingerprint, split_message, with_system
 from ..store.files import damage_note, readable_parts, refuse_partial
-from ..store.layout import PART_KINDS, REJECTS, SHARDS
+from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
 from ..store.manifest import read_manifest
 from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
 from .redact import Hosts
@@ -81,6 +82,7 @@ def export_repaired(
             tmp = target.with_name(f".{target.name}{_TMP}")
             with _output_errors(path, tmp):
                 target.parent.mkdir(parents=True, exist_ok=True)
+                repair.json_rows = kind in ("jsonl", "json")
                 rewrite(kind, repair, path, tmp)
             written.append((tmp, target))
         repair.unplaced()
@@ -100,7 +102,7 @@ def _run_config(run_dir: Path) -> Config:
     manifest = read_manifest(run_dir)
     if not manifest or not isinstance(manifest.get("config"), dict):
         raise InputError(f"{run_dir}: no run.json with the run's config; a repaired export needs the run's [input]")
-    return config_from_dict(manifest["config"], where=f"{run_dir / 'run.json'}")
+    return config_from_dict(manifest["config"], where=str(run_dir / MANIFEST))
 
 
 def _check_out(out: Path, files: list[Path], run_dir: Path) -> None:
@@ -168,6 +170,7 @@ class _Repair:
     by_reason: dict[str, Counter[str]] = field(default_factory=dict)
     style: str = ""  # the reasoning style of the current file, from its rows (or its Parquet schema)
     placed: set[str] = field(default_factory=set)  # regenerated ids met in the original so far
+    json_rows: bool = False  # the current file is JSON (a null id was written on purpose), as the reader reads it
 
     def __post_init__(self) -> None:
         self.audit = AuditOptions.from_config(self.cfg)
@@ -251,12 +254,16 @@ class _Repair:
             self.listing.write({"id": row_id, "source": source, "reason": reason, "detail": detail})
 
     def _id(self, data: Any) -> str | None:
-        """The id the reader gave this row in the run (None: it had none it could use)."""
+        """The id the reader gave this row in the run, by the same rule (inputs/ids.py); None when the run refused
+        the row (an id it could not use, a JSON `"id": null` included) or it has no conversation to hash."""
         if not isinstance(data, dict):
             return None
-        inp = self.cfg.input
-        if data.get(inp.id_field) is not None:
-            return given_id(data, inp.id_field)
+        try:
+            given = given_id(data, self.cfg.input.id_field, json_row=self.json_rows)
+        except IdProblem:
+            return None
+        if given is not None:
+            return given
         messages = self._messages(data)
         try:
             tools = conversation.tools(data)

@@ -8,14 +8,14 @@ finding duplicate ids before anything is sent. An input file without a row is a 
 Row numbers in `source` ("file:row") are 1-based line numbers for JSONL and OpenAI batch files (what an editor
 shows) and 0-based row indices for Parquet and Arrow files (what `pyarrow` and `datasets` indexing use).
 
-Ids are the `id_field` value as a string (integers are converted). A row without one gets a content hash: the first
-16 hex digits of sha256 over the canonical JSON (sorted keys, no whitespace) of its final messages, that is after
-`system_prompt` is prepended. "Without one" means the field is absent from a JSON row, or null in a Parquet or Arrow
-column (a column cannot tell a missing value from a null); a JSON row that says `"id": null` is `bad_input`, since
-an id that was meant to be there and is not would otherwise turn silently into a hash. The hash is stable across
-runs and machines, but changing `system_prompt` changes it, and identical prompts without ids hash alike, so they
-count as duplicates. A bad row with no usable id gets "bad-input:<file name>:<row>" (the path relative to the
-inputs' common folder when two files share a name).
+Ids follow ids.py, the rule the audit and the repaired export share: the `id_field` value as a string (integers
+are converted). A row without one gets a content hash: the first 16 hex digits of sha256 over the canonical JSON
+(sorted keys, no whitespace) of its final messages, that is after `system_prompt` is prepended. "Without one" means
+the field is absent from a JSON row, or null in a Parquet or Arrow column (a column cannot tell a missing value from
+a null); a JSON row that says `"id": null` is `bad_input`, since an id that was meant to be there and is not would
+otherwise turn silently into a hash. The hash is stable across runs and machines, but changing `system_prompt`
+changes it, and identical prompts without ids hash alike, so they count as duplicates. A bad row with no usable id
+gets "bad-input:<file name>:<row>" (the path relative to the inputs' common folder when two files share a name).
 
 Samples: a row yields `generation.samples` items, ids `<id>#<k>` (k = 0..N-1) with `source_id` = the row's id, or
 one item under its own id when N is 1. In an OpenAI batch file with `input.request_overrides`, a body's `n` replaces
@@ -48,9 +48,10 @@ from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt
 from ..schema import stringify
 from .batch_lines import LineProblem, Unhonoured, request_of, row_samples
+from .ids import IdProblem, content_id, given_id
 from .input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 from .row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
-from .stored import content_id, fingerprint, id_problem, with_system
+from .stored import fingerprint, with_system
 
 log = logging.getLogger(__name__)
 
@@ -330,23 +331,12 @@ class PromptReader:
         return self._kinds is not None and self._kinds.get(path) in ("jsonl", "json")
 
     def _given_id(self, data: dict[str, Any], json_row: bool) -> str | None:
-        """The row's own id; None when it has none; _Problem when it has one that cannot be used."""
+        """The row's own id by ids.py's rule; None when it has none; _Problem when it has one that cannot be used."""
         key = "custom_id" if self._openai else self._cfg.id_field
-        value = data.get(key)
-        if value is None:
-            if self._openai:
-                raise _Problem("missing custom_id")
-            if json_row and key in data:
-                raise _Problem(f"{key} is null; give the row an id, or leave the field out to use a content hash")
-            return None
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise _Problem(f"{key} must be a string or an integer, got {type_name(value)} {short(value)}")
-        if not str(value).strip():
-            raise _Problem(f"{key} is empty")
-        problem = id_problem(str(value))
-        if problem is not None:
-            raise _Problem(f"{key}: {problem}")
-        return str(value)
+        try:
+            return given_id(data, key, json_row=json_row, required=self._openai)
+        except IdProblem as problem:
+            raise _Problem(str(problem)) from None
 
     def _tools(self, data: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         """The row's tools (the request's `tools`, sent with every turn), or the body's own in an OpenAI batch."""

@@ -20,9 +20,10 @@ from .. import conversation
 from ..config import Config, ValidateConfig
 from ..records import Verdict
 from ..validator import validate
+from .ids import id_problem
 from .input_files import Broken
 from .line_blocks import BLOCK_BYTES
-from .stored import StoredTurn, id_problem, stored_turns
+from .stored import StoredTurn, stored_turns
 
 BAD_INPUT = "bad_input"
 

@@ -10,13 +10,12 @@ so they share one reading of a stored assistant message:
   (truncated), its text all reasoning;
 - or neither: the content is all answer.
 
-Row ids follow the reader's rule (inputs/reader.py): the id field as a string, else `content_id` of the final messages.
+A row's id is inputs/ids.py's rule, the same for the reader, the audit and the repaired export.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,12 +50,6 @@ class StoredTurn:
         return Completion(self.reasoning, self.answer, "length" if self.truncated else "stop")
 
 
-def content_id(messages: Sequence[Mapping[str, str]]) -> str:
-    """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
-    blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
 def fingerprint(messages: Sequence[Mapping[str, Any]], positions: Sequence[int]) -> str:
     """What the run answered for a row, so the repaired export pastes only where the row still asks it: 16 hex
     digits of sha256 over the conversation as read minus the turns to generate (the system, user and kept turns,
@@ -69,27 +62,6 @@ def fingerprint(messages: Sequence[Mapping[str, Any]], positions: Sequence[int])
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
-def given_id(data: Mapping[str, Any], id_field: str) -> str | None:
-    """The row's own id as the reader reads it (a non-empty string or an integer without a control character),
-    or None."""
-    value = data.get(id_field)
-    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
-        return None
-    return None if id_problem(str(value)) else str(value)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def id_problem(value: str) -> str | None:
-    """Why `value` cannot be a row id, or None. An id is one line: a newline, CR, NUL or any other control
-    character would split an id list (`audit --ids-out`, `run --only-ids`) or a log line in two."""
-    found = _CONTROL.search(value)
-    if found is None:
-        return None
-    return f"id {value!r} holds a control character ({found[0]!r} at {found.start()}); ids must be one line of text"
 
 
 def with_system(messages: tuple[conversation.Message, ...], system: str) -> tuple[conversation.Message, ...]:
