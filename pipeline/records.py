@@ -7,6 +7,20 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class RequestOverrides:
+    """The sampling fields an OpenAI batch body sets (inputs/batch_lines.SAMPLING_FIELDS), None where it sets none.
+    The client sends them instead of [generation]'s when `input.request_overrides` is on."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """One input row, normalised. `source` names the file and row it came from ("file.jsonl:17").
 
@@ -14,19 +28,22 @@ class Prompt:
     turns to generate (see conversation.turn_positions), empty meaning one new turn after the last message.
     `source_id` is the input row's id when one row yields several samples (`id` is then `<source_id>#<k>`).
     `tools` are the row's tools in the request's shape (`{"type": "function", "function": {...}}`), sent with
-    every turn of the row; empty when it has none.
+    every turn of the row; empty when it has none. `overrides` are an OpenAI batch row's sampling fields (None for
+    other inputs); `temperature` is this sample's own (generation.temperatures), sent whatever else says.
     """
 
     id: str
     messages: tuple[dict[str, Any], ...]
     source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)  # keep_fields, already stringified
+    extra: dict[str, Any] = field(default_factory=dict)  # keep_fields (only), already stringified
     turns: tuple[int, ...] = ()
     source_id: str | None = None
     tools: tuple[dict[str, Any], ...] = ()
     # the conversation as read (dataset.stored.fingerprint), checked by the repaired export; derived from the fields
     # above, so it takes no part in equality
     fingerprint: str | None = field(default=None, compare=False)
+    overrides: RequestOverrides | None = None
+    temperature: float | None = None
 
     @property
     def positions(self) -> tuple[int, ...]:

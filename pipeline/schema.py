@@ -98,11 +98,6 @@ def stringify(value: Any) -> str | None:
     return orjson.dumps(value, default=str).decode()
 
 
-def _kept(extra: Mapping[str, Any]) -> dict[str, Any]:
-    """keep_fields values; keys starting with `_` are the reader's notes to the client, not data."""
-    return {k: v for k, v in extra.items() if not k.startswith("_")}
-
-
 def tool_columns(prompt: Prompt) -> dict[str, Any]:
     """`tools` and `message_extras` of a row (both null for a conversation without tools): the messages column
     holds role and content only, so what a tool conversation adds rides beside it."""
@@ -175,7 +170,7 @@ def accepted_row(
         "source_id": prompt.source_id,
         "input_fingerprint": prompt.fingerprint,
         **tool_columns(prompt),
-        **_kept(prompt.extra),
+        **prompt.extra,
     }
 
 
@@ -196,7 +191,7 @@ def rejected_row(
         row["source_id"] = prompt.source_id
         row["input_fingerprint"] = prompt.fingerprint
         row.update(tool_columns(prompt))
-        row.update(_kept(prompt.extra))
+        row.update(prompt.extra)
     else:
         row = accepted_row(prompt, completion, attempts, [*turns, Turn.of(completion, attempts)])
     row["reason"] = reason
@@ -212,7 +207,7 @@ def bad_input_row(bad: BadInput) -> dict[str, Any]:
         "reason": "bad_input",
         "detail": f"{bad.source}: {bad.detail}",
         "source_id": bad.source_id,
-        **_kept(bad.extra),
+        **bad.extra,
     }
 
 

@@ -14,7 +14,7 @@ import pytest
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig
 from pipeline.errors import InputError
-from pipeline.inputs.reader import SAMPLE_TEMPERATURE, PromptReader
+from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Prompt
 
 U1, U2 = {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}
@@ -127,7 +127,7 @@ def test_samples_give_one_prompt_per_sample_with_its_temperature(tmp_path: Path)
     gen = GenerationConfig(samples=3, temperatures=(0.2, 0.6, 1.0))
     items = _read(path, gen)
     assert [i.id for i in items] == ["x#0", "x#1", "x#2", "y#0", "y#1", "y#2"]
-    assert [i.extra[SAMPLE_TEMPERATURE] for i in items[:3] if isinstance(i, Prompt)] == [0.2, 0.6, 1.0]
+    assert [i.temperature for i in items[:3] if isinstance(i, Prompt)] == [0.2, 0.6, 1.0]
     assert {i.source_id for i in items[:3] if isinstance(i, Prompt)} == {"x"}
     assert all(isinstance(i, BadInput) for i in items[3:])
     reader = PromptReader(InputConfig(path=str(path)), generation=gen)

@@ -14,8 +14,8 @@ from pipeline.config import GenerationConfig, InputConfig
 from pipeline.dataset.export import export_run
 from pipeline.errors import InputError
 from pipeline.inputs.batch_lines import MAX_ROW_SAMPLES
-from pipeline.inputs.reader import SAMPLE_TEMPERATURE, PromptReader
-from pipeline.records import BadInput, Prompt
+from pipeline.inputs.reader import PromptReader
+from pipeline.records import BadInput, Prompt, RequestOverrides
 from pipeline.schema import reject_schema, shard_schema, to_table
 from tests.conftest import regen
 
@@ -58,7 +58,8 @@ def test_n_gives_that_many_samples_of_the_request(tmp_path: Path) -> None:
     assert [i.id for i in got] == ["a#0", "a#1", "a#2", "b", "c"]
     assert [getattr(i, "source_id", None) for i in got] == ["a", "a", "a", None, None]
     assert all(isinstance(i, Prompt) and i.messages == got[0].messages for i in got[:3])
-    assert all("n" not in i.extra.get("_request_overrides", {}) for i in got)  # never sent to the server
+    overrides = [i.overrides for i in got if isinstance(i, Prompt)]
+    assert overrides == [RequestOverrides(seed=5)] * 3 + [RequestOverrides()] * 2  # n is never sent to the server
     assert scanned(reader(path)) == [i.id for i in got]
 
 
@@ -67,7 +68,7 @@ def test_n_replaces_generation_samples_and_temperatures_for_its_row(tmp_path: Pa
     r = reader(path, samples=2, temperatures=(0.2, 0.9))
     got = items(r)
     assert [i.id for i in got] == ["a#0", "a#1", "a#2", "b#0", "b#1", "c"]
-    temps = {i.id: i.extra.get(SAMPLE_TEMPERATURE) for i in got}
+    temps = {i.id: i.temperature for i in got if isinstance(i, Prompt)}
     assert temps == {"a#0": None, "a#1": None, "a#2": None, "b#0": 0.2, "b#1": 0.9, "c": None}
     assert r.check_duplicates() == 6 == len(scanned(reader(path, samples=2, temperatures=(0.2, 0.9))))
 

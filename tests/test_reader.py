@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from pipeline.config import InputConfig
 from pipeline.errors import ConfigError, InputError
-from pipeline.inputs.reader import REQUEST_OVERRIDES, PromptReader, content_id
-from pipeline.records import BadInput, Prompt
+from pipeline.inputs.reader import PromptReader, content_id
+from pipeline.records import BadInput, Prompt, RequestOverrides
 
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = ({"role": "user", "content": "hello"},)
@@ -155,16 +155,9 @@ def test_openai_batch_reads_requests_and_exposes_sampling_overrides(tmp_path: Pa
         "request-1",
         ({"role": "system", "content": "Be brief."}, *HELLO),
         f"{path}:1",
-        {
-            REQUEST_OVERRIDES: {
-                "temperature": 0.2,
-                "top_p": 0.5,
-                "top_k": 5,
-                "seed": 3,
-                "max_tokens": 50,
-                "max_completion_tokens": 100,
-            }
-        },
+        overrides=RequestOverrides(
+            temperature=0.2, top_p=0.5, top_k=5, seed=3, max_tokens=50, max_completion_tokens=100
+        ),
     )
 
 
@@ -199,7 +192,7 @@ def test_sample_batch_file_reads_cleanly() -> None:
     reader = PromptReader(InputConfig(path=str(ROOT / "data/sample_batch.jsonl"), format="openai-batch"))
     items = [item for batch in reader.iter_batches() for item in batch]
     assert reader.check_duplicates() == len(items) == 20
-    assert all(isinstance(p, Prompt) and p.extra[REQUEST_OVERRIDES]["max_completion_tokens"] for p in items)
+    assert all(isinstance(p, Prompt) and p.overrides and p.overrides.max_completion_tokens for p in items)
 
 
 # ---------------------------------------------------------------- system prompt, ids, keep_fields

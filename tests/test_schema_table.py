@@ -6,7 +6,7 @@ import dataclasses
 import pyarrow as pa
 import pytest
 
-from pipeline.records import Completion, Prompt, Turn
+from pipeline.records import Completion, Prompt, RequestOverrides, Turn
 from pipeline.schema import (
     TURN_KEYS,
     accepted_row,
@@ -85,3 +85,17 @@ def test_a_turn_record_has_the_turns_columns_fields_and_round_trips_through_its_
     turn = Turn.of(Completion(reasoning="r", answer="a", finish_reason="stop", endpoint="e", latency_s=1.5), 3)
     assert turn_of(turn_row(turn)) == turn and turn_row(turn)["attempts"] == 3
     assert turn_of({"reasoning": "r", "answer": "a", "finish_reason": "stop"}) == Turn("r", "a", "stop", attempts=0)
+
+
+def test_a_rows_kept_fields_are_the_prompts_extra_and_nothing_of_its_request():
+    prompt = Prompt(
+        id="x",
+        messages=({"role": "user", "content": "q"},),
+        extra={"cat": "math", "_note": "kept"},
+        overrides=RequestOverrides(temperature=0.1, seed=4),
+        temperature=0.7,
+    )
+    row = accepted_row(prompt, Completion(reasoning="r", answer="a", finish_reason="stop"), attempts=1)
+    assert (row["cat"], row["_note"]) == ("math", "kept")
+    assert to_table([row], shard_schema(("cat", "_note"))).column("_note").to_pylist() == ["kept"]
+    assert row["seed"] == 0 and not {"overrides", "temperature", "_request_overrides"} & set(row)

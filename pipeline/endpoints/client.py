@@ -21,7 +21,7 @@ from aiohttp.abc import AbstractResolver
 
 from ..config import ClientConfig, GenerationConfig
 from ..errors import EndpointDownError, RequestError, RetryableRequestError
-from ..records import Completion, Prompt
+from ..records import Completion, Prompt, RequestOverrides
 from . import failures
 from .loop_guard import LoopStopped, StreamGuard
 from .reasoning import split_reasoning
@@ -51,6 +51,21 @@ def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
         "separate_reasoning": gen.separate_reasoning,
         "chat_template_kwargs": {"enable_thinking": gen.thinking},
     }
+
+
+def _sampling(overrides: RequestOverrides) -> dict[str, Any]:
+    """A batch row's sampling fields as the request body takes them: `max_completion_tokens` (OpenAI's newer
+    name, preferred when both are set) as `max_tokens`; the seed apart (each attempt's seed derives from it)."""
+    fields = {
+        "temperature": overrides.temperature,
+        "top_p": overrides.top_p,
+        "top_k": overrides.top_k,
+        "min_p": overrides.min_p,
+        "max_tokens": overrides.max_tokens,
+    }
+    if overrides.max_completion_tokens is not None:
+        fields["max_tokens"] = overrides.max_completion_tokens
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 class EndpointClient:
@@ -132,14 +147,12 @@ class EndpointClient:
         if prompt.tools:  # the row's tools, with every turn of it (a tool conversation's context)
             body["tools"] = prompt.tools
         seed_base = self.gen.seed
-        overrides = prompt.extra.get("_request_overrides") if self.honor_overrides else None
-        if overrides:
-            body.update({k: v for k, v in overrides.items() if k not in ("seed", "max_completion_tokens")})
-            if "max_completion_tokens" in overrides:
-                body["max_tokens"] = overrides["max_completion_tokens"]
-            seed_base = overrides.get("seed", seed_base)
-        if "_sample_temperature" in prompt.extra:  # generation.temperatures: always this sample's own
-            body["temperature"] = prompt.extra["_sample_temperature"]
+        overrides = prompt.overrides if self.honor_overrides else None
+        if overrides is not None:
+            body.update(_sampling(overrides))
+            seed_base = seed_base if overrides.seed is None else overrides.seed
+        if prompt.temperature is not None:  # generation.temperatures: always this sample's own
+            body["temperature"] = prompt.temperature
         body["seed"] = request_seed(seed_base, prompt.id, attempt)  # a retry gets a new seed, overridden or not
         body["rid"] = rid
         if self.cfg.stream:

@@ -14,11 +14,13 @@ from typing import Any
 
 from ..conversation import short, type_name
 from ..errors import InputError
+from ..records import RequestOverrides
 
 log = logging.getLogger("pipeline.inputs.reader")
 
 BATCH_URL = "/v1/chat/completions"
-# Sampling fields of an OpenAI batch body, and whether each must be an integer (else any number).
+# Sampling fields of an OpenAI batch body (records.RequestOverrides' fields), and whether each must be an integer
+# (else any number).
 SAMPLING_FIELDS = {
     "temperature": False,
     "top_p": False,
@@ -35,7 +37,7 @@ class LineProblem(Exception):
     """Why a batch line cannot become a request (the reader makes the row `bad_input` with it)."""
 
 
-def request_of(data: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def request_of(data: dict[str, Any]) -> tuple[Any, RequestOverrides]:
     """(body.messages as given, the sampling fields the body sets); LineProblem when the line is no request."""
     method, url, body = data.get("method"), data.get("url"), data.get("body")
     if method != "POST":
@@ -103,7 +105,7 @@ class Unhonoured:
         self.counts = None
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: dict[str, Any]) -> RequestOverrides:
     """The sampling fields an OpenAI batch body sets; the runner decides whether to honour them."""
     out: dict[str, Any] = {}
     for key, integer in SAMPLING_FIELDS.items():
@@ -114,4 +116,4 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
             kind = "an integer" if integer else "a number"
             raise LineProblem(f"body.{key} must be {kind}, got {type_name(value)} {short(value)}")
         out[key] = value
-    return out
+    return RequestOverrides(**out)

@@ -45,7 +45,7 @@ from .. import conversation
 from ..config import GenerationConfig, InputConfig, ValidateConfig
 from ..conversation import hashed, short, type_name
 from ..errors import ConfigError, InputError
-from ..records import BadInput, Prompt
+from ..records import BadInput, Prompt, RequestOverrides
 from ..schema import stringify
 from .batch_lines import LineProblem, Unhonoured, request_of, row_samples
 from .ids import IdProblem, content_id, given_id
@@ -56,8 +56,6 @@ from .stored import fingerprint, with_system
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "jsonl", "parquet", "datasets", "openai-batch")
-REQUEST_OVERRIDES = "_request_overrides"  # Prompt.extra key holding an OpenAI batch body's sampling fields
-SAMPLE_TEMPERATURE = "_sample_temperature"  # Prompt.extra key: this sample's temperature (generation.temperatures)
 
 
 class _Problem(Exception):
@@ -288,12 +286,10 @@ class PromptReader:
             tools = self._tools(data)
         except (_Problem, LineProblem) as problem:
             return BadInput(given or self._bad_id(path, row), source, str(problem), self._keep(data))
-        extra = self._keep(data)
-        if overrides is not None:
-            extra[REQUEST_OVERRIDES] = overrides
         mark = fingerprint(messages, turns or (len(messages),))
+        pid = given or content_id(hashed(messages, tools))
         return Prompt(
-            given or content_id(hashed(messages, tools)), messages, source, extra, turns, tools=tools, fingerprint=mark
+            pid, messages, source, self._keep(data), turns, tools=tools, fingerprint=mark, overrides=overrides
         )
 
     def _turns(self, messages: tuple[dict[str, str], ...], data: dict[str, Any]) -> tuple[int, ...]:
@@ -320,10 +316,8 @@ class PromptReader:
             return [dataclasses.replace(item, id=sample_id(item.id, k), source_id=item.id) for k in range(n)]
         out: list[Prompt | BadInput] = []
         for k in range(n):
-            extra = dict(item.extra)
-            if temperatures and self._gen.temperatures:
-                extra[SAMPLE_TEMPERATURE] = self._gen.temperatures[k]
-            out.append(dataclasses.replace(item, id=sample_id(item.id, k), source_id=item.id, extra=extra))
+            temperature = self._gen.temperatures[k] if temperatures and self._gen.temperatures else None
+            out.append(dataclasses.replace(item, id=sample_id(item.id, k), source_id=item.id, temperature=temperature))
         return out
 
     def _json(self, path: Path) -> bool:
@@ -366,7 +360,7 @@ class PromptReader:
             raise _Problem(f"{pf} is empty")
         return self._with_system(({"role": "user", "content": prompt},))
 
-    def _openai_request(self, data: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], dict[str, Any]]:
+    def _openai_request(self, data: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], RequestOverrides]:
         given, overrides = request_of(data)
         try:
             messages = self._with_system(conversation.parse(given, "body.messages"))
