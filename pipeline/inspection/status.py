@@ -3,6 +3,7 @@
 Counts come from committed files (parquet metadata for shards, the `reason` column for rejects) plus journal rows
 whose ids are not committed yet, so a run in progress is counted exactly. Rates, ETA and per-endpoint gauges come
 from the runner's metrics files when they are fresh; otherwise they are derived from the rows' `created_at`.
+Workers come from their heartbeats: RUN_DIR's heartbeats files, or for a run in a bucket, its worker leases.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from ..store import heartbeat
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.manifest import manifest_or_empty
+from ..store.remote import remote_of
 from ..store.scan import duplicates
 from . import rundir
 
@@ -74,11 +76,22 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
 def _workers(run_dir: Path, now: float) -> list[dict[str, Any]]:
     """Each worker's last heartbeat: host, pid, its age and whether the worker is alive (store/heartbeat.py)."""
     out = []
-    for index, beat in sorted(heartbeat.read_beats(run_dir).items()):
+    for index, beat in sorted(_beats(run_dir).items()):
         live, state = beat.liveness(now)
-        out.append({"worker": index, "host": beat.host, "pid": beat.pid, "heartbeat_age_s": round(now - beat.t, 1),
+        age = max(0.0, now - beat.t)  # a beat written since `now` was read, or on a node whose clock runs ahead
+        out.append({"worker": index, "host": beat.host, "pid": beat.pid, "heartbeat_age_s": round(age, 1),
                     "live": live, "state": state})  # fmt: skip
     return out
+
+
+def _beats(run_dir: Path) -> dict[int, heartbeat.Beat]:
+    """The heartbeats files of RUN_DIR; for a bucket run's working copy, the workers' leases in the bucket instead
+    (this node's files only know this node's workers)."""
+    beats = heartbeat.read_beats(run_dir)
+    remote = remote_of(run_dir)
+    if remote is None:
+        return beats
+    return {i: heartbeat.from_lease(i, holder, beats.get(i)) for i, holder in remote.worker_leases().items()}
 
 
 def _worker_of(path: Path) -> int | None:

@@ -6,6 +6,12 @@ reader judges each beat with `liveness`: a worker that said it ended is not live
 longer exists is dead at once (a SIGKILL leaves its last beat "running"); one on another host is dead when its
 beat is older than `STALE_S` (a shared filesystem gives no better signal). Beats are not durable data: no fsync,
 and a torn or missing file only means "unknown".
+
+A run in a bucket has no shared folder: a reader on another node sees no beat of those files. There the worker's
+lease (store/lease.py) is the heartbeat, at no extra object-store call: it names the holder's host and pid, and is
+rewritten every `lease_s/3`. `from_lease` reads it as a beat whose age is the time since its last renewal and which
+goes stale when the lease expires (`lease_s` after that renewal), the very moment another process may take over the
+worker index. A released lease is a worker that ended.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,7 @@ from .layout import HEARTBEATS
 
 STALE_S = 15.0  # a beat older than this (about 15 missed beats) is a dead worker on another host
 RUNNING = "running"
+RELEASED = "released"  # a bucket worker that ended and let its lease go (finished, interrupted or stopped)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,7 @@ class Beat:
     t: float
     started: float
     state: str
+    expires: float | None = None  # a lease's expiry (a bucket run); None: stale STALE_S after `t`
 
     def liveness(self, now: float, host: str | None = None) -> tuple[bool, str]:
         """Whether the worker is alive at `now`, and why not (or "running")."""
@@ -40,8 +48,10 @@ class Beat:
             return False, self.state
         if self.host == (host or socket.gethostname()) and not _pid_alive(self.pid):
             return False, f"process {self.pid} is gone"
-        if now - self.t > STALE_S:
+        if self.expires is None and now - self.t > STALE_S:
             return False, f"no heartbeat for {now - self.t:.0f}s"
+        if self.expires is not None and now > self.expires:
+            return False, f"lease not renewed for {now - self.t:.0f}s"
         return True, RUNNING
 
 
@@ -73,6 +83,24 @@ def read_beats(run_dir: Path) -> dict[int, Beat]:
             continue
         beats[b.worker] = b
     return beats
+
+
+def from_lease(worker: int, holder: dict[str, Any], local: Beat | None = None) -> Beat:
+    """The beat a bucket worker's lease note stands for (`holder`, as lease.py writes it). A lease held for another
+    role (`recovering`: a live worker replaying this dead one's journal) is not this worker running. `local`, this
+    node's own beat of the worker, names how the same process ended (finished, interrupted) when it released."""
+    since = _number(holder.get("since"))
+    state = RELEASED if holder.get("released") else str(holder.get("role") or "worker")
+    state = RUNNING if state == "worker" else state
+    beat = Beat(worker, str(holder.get("host") or "?"), int(_number(holder.get("pid"))), since,
+                _number(holder.get("taken", since)), state, _number(holder.get("expires")))  # fmt: skip
+    if state != RELEASED or local is None or local.state == RUNNING:
+        return beat
+    return replace(beat, state=local.state) if (local.host, local.pid) == (beat.host, beat.pid) else beat
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _pid_alive(pid: int) -> bool:

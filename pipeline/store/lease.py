@@ -1,11 +1,15 @@
 """Worker leases in object storage: one live process per worker index without flock.
 
-`RUN/_regen/leases/worker-{i}.json` holds `{owner, host, pid, role, since, expires}`. A process takes the lease by
-creating the object (`If-None-Match: *`) or, once the holder's lease has expired (or its holder was a process of
-this host that is no longer alive), by replacing it with `If-Match: <its ETag>`: of two takers one wins. The holder
-renews it every `ttl/3` with `If-Match` on its own ETag; a renewal that fails because someone else took the lease,
-or no renewal for a whole `ttl`, marks the lease lost and the store stops before its next commit. Release writes an
-expired lease (the object stays, so its ETag keeps ordering takers).
+`RUN/_regen/leases/worker-{i}.json` holds `{owner, host, pid, role, taken, since, expires}` (`since`: the last
+renewal). A process takes the lease by creating the object (`If-None-Match: *`) or, once the holder's lease has
+expired (or its holder was a process of this host that is no longer alive), by replacing it with `If-Match: <its
+ETag>`: of two takers one wins. The holder renews it every `ttl/3` with `If-Match` on its own ETag; a renewal that
+fails because someone else took the lease, or no renewal for a whole `ttl`, marks the lease lost and the store stops
+before its next commit. Release writes an expired lease (the object stays, so its ETag keeps ordering takers) that
+still names its last holder.
+
+A worker's lease is also its heartbeat for `regen status` on any node (heartbeat.from_lease): nothing more is
+written for it.
 
 Locally the same worker index is still guarded by `locks.FileLock` in the node's copy of the run: a second process
 on one node is refused by flock, one on another node by the lease. Both refusals are LockedError (exit 4).
@@ -42,6 +46,7 @@ class Lease:
         self._owner = uuid.uuid4().hex
         self._etag: str | None = None
         self._renewed = 0.0
+        self._taken = 0.0
         self._lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,18 +60,19 @@ class Lease:
     def acquire(self, role: str = "worker", **note: Any) -> dict[str, Any] | None:
         """Take the lease; returns None when taken, else the holder's note."""
         got = self.objects.get(self.key)
+        self._taken = time.time()
         body = self._body(role, note)
         try:
             if got is None:
                 self._etag = self.objects.put(self.key, body, if_none_match=True)
             else:
-                holder = _note(got[0])
-                if _alive(holder):
+                holder = parse_note(got[0])
+                if binds(holder):
                     return holder
                 self._etag = self.objects.put(self.key, body, if_match=got[1])
         except ConditionFailed:
             latest = self.objects.get(self.key)
-            return _note(latest[0]) if latest else {}
+            return parse_note(latest[0]) if latest else {}
         self._renewed = time.monotonic()
         self._note = (role, note)
         return None
@@ -96,7 +102,7 @@ class Lease:
             etag, self._etag = self._etag, None
             if etag is None or self._lost is not None:
                 return
-            released = orjson.dumps({"owner": self._owner, "released": True, "expires": 0})
+            released = orjson.dumps({**self._holder(), "released": True, "since": time.time(), "expires": 0})
             try:
                 self.objects.put(self.key, released, if_match=etag)
             except (ConditionFailed, OutputError):
@@ -123,11 +129,14 @@ class Lease:
 
     def _body(self, role: str, note: dict[str, Any]) -> bytes:
         now = time.time()
-        info = {"owner": self._owner, "host": socket.gethostname(), "pid": os.getpid(), "role": role}
+        info = {**self._holder(), "role": role, "taken": self._taken}
         return orjson.dumps({**info, "since": now, "expires": now + self.ttl_s, **note})
 
+    def _holder(self) -> dict[str, Any]:
+        return {"owner": self._owner, "host": socket.gethostname(), "pid": os.getpid()}
 
-def _note(data: bytes) -> dict[str, Any]:
+
+def parse_note(data: bytes) -> dict[str, Any]:
     try:
         info = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -135,7 +144,7 @@ def _note(data: bytes) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _alive(holder: dict[str, Any]) -> bool:
+def binds(holder: dict[str, Any]) -> bool:
     """Whether the lease `holder` wrote still binds: not released, not expired, not a dead process of this host."""
     if holder.get("released") or float(holder.get("expires", 0)) < time.time():
         return False

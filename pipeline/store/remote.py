@@ -10,7 +10,7 @@ committed parts. The bucket holds what every node agrees on:
     s3://bucket/run/shards/*.parquet              parts, uploaded under unique names
     s3://bucket/run/rejects/*.parquet
     s3://bucket/run/_regen/log/{n:012d}.json      the commit log: which uploads are committed (`commitlog`)
-    s3://bucket/run/_regen/leases/worker-{i}.json one live process per worker index (`lease`)
+    s3://bucket/run/_regen/leases/worker-{i}.json one live process per worker index (`lease`); its heartbeat
 
 `pull` makes the working copy's committed parts those of the log (downloads what other nodes committed, deletes
 what they removed); `push` commits the copy's changes since the last push as one log record (uploads new or
@@ -52,6 +52,7 @@ STATE = ".remote-state.json"
 ORPHAN_AGE_S = 3600.0  # an upload uncommitted this long belongs to no live commit (they take seconds)
 _PULL_TMP = ".pull-"
 _PART_NAME = re.compile(r"^part-w(\d+)-")
+_WORKER_LEASE = re.compile(r"worker-(\d+)")
 
 
 def cache_root() -> Path:
@@ -179,15 +180,23 @@ class RemoteRun:
         taken = lease.Lease(self.objects, name, ttl_s=self.lease_s)
         return taken if taken.acquire(**note) is None else None
 
-    def live_leases(self) -> dict[str, dict[str, Any]]:
-        """Leases held now, by name (for refusing a merge beside a live worker)."""
+    def leases(self) -> dict[str, dict[str, Any]]:
+        """Every lease's note by name, held, expired or released: one LIST and one GET per lease."""
         out = {}
         for key, _, _ in self.objects.listing(self.uri.key(lease.LEASES)):
             got = self.objects.get(key)
-            holder = lease._note(got[0]) if got else {}
-            if got and lease._alive(holder):
-                out[key.rsplit("/", 1)[-1].removesuffix(".json")] = holder
+            if got is not None:
+                out[key.rsplit("/", 1)[-1].removesuffix(".json")] = lease.parse_note(got[0])
         return out
+
+    def live_leases(self) -> dict[str, dict[str, Any]]:
+        """Leases held now, by name (for refusing a merge beside a live worker)."""
+        return {name: holder for name, holder in self.leases().items() if lease.binds(holder)}
+
+    def worker_leases(self) -> dict[int, dict[str, Any]]:
+        """Each worker index's lease note (`worker-{i}`), live or not: the workers' heartbeats (heartbeat.py)."""
+        found = ((_WORKER_LEASE.fullmatch(name), holder) for name, holder in self.leases().items())
+        return {int(m[1]): holder for m, holder in found if m}
 
     # -- pull / push ---------------------------------------------------------------------------------------------
 
