@@ -122,7 +122,7 @@ def test_an_unreachable_endpoint_starts_down_and_joins_once_it_answers_and_passe
                     await monitor.check(late)
                     assert late.state not in (DOWN, RETIRED) and gate.pending == set()
                     assert any(e.startswith(f"{late_url}: healthy") for e in events)
-                    assert late_url in gate.fingerprints and gate.results[late_url]["ok"]
+                    assert late_url in gate.fingerprints and gate.results[late_url].ok
                     assert late.capacity >= 8 and "8" in late.capacity_source  # sized from the server it met
                     assert await pool.acquire() in (live, late)
 

@@ -14,7 +14,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.config import config_from_dict
 from pipeline.server import server_args
-from pipeline.server.checks import Check, worker_checks
+from pipeline.server.checks import Check, EndpointReport, worker_checks
 from pipeline.server.preflight import (
     PROBE_PROMPT,
     PROBE_RID_PREFIX,
@@ -421,7 +421,8 @@ def test_preflight_json_keeps_its_keys_their_order_and_values(tmp_path, capsys) 
 
 def test_a_workers_check_in_json_names_the_worker_last() -> None:
     refused = Check("reachable", None, expected="open", actual="port closed", ok=False, hint="h")
-    (tagged,) = worker_checks([("http://w:1", [refused])], [("reasoning_parser", "qwen3", "expect")])
+    worker = EndpointReport("http://w:1", False, (refused,), {})
+    (tagged,) = worker_checks([worker], [("reasoning_parser", "qwen3", "expect")])
     assert list(tagged.as_json().items()) == [
         ("name", "reachable"),
         ("key", None),

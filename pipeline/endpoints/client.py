@@ -53,10 +53,10 @@ def build_payload_base(gen: GenerationConfig) -> dict[str, Any]:
     }
 
 
-def _sampling(overrides: RequestOverrides) -> dict[str, Any]:
+def _sampling(overrides: RequestOverrides) -> dict[str, float]:
     """A batch row's sampling fields as the request body takes them: `max_completion_tokens` (OpenAI's newer
     name, preferred when both are set) as `max_tokens`; the seed apart (each attempt's seed derives from it)."""
-    fields = {
+    fields: dict[str, float | None] = {
         "temperature": overrides.temperature,
         "top_p": overrides.top_p,
         "top_k": overrides.top_k,

@@ -11,6 +11,7 @@ When an endpoint's `concurrency` is 0, its capacity is taken from what the serve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -21,19 +22,19 @@ from ..endpoints.health import NOT_YET
 from ..endpoints.pool import Pool
 from ..endpoints.state import EndpointState
 from ..errors import PreflightError, RegenError
-from ..server.checks import judge_tool_parser
-from ..server.preflight import fingerprint_changes, format_preflight, preflight_endpoint, server_fingerprint
+from ..server.checks import EndpointReport, judge_tool_parser
+from ..server.preflight import check_endpoint, fingerprint_changes, format_preflight, server_fingerprint
 
 log = logging.getLogger("regen.preflight")
 
 AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
 
 
-def _warming_up(result: dict[str, Any]) -> bool:
+def _warming_up(report: EndpointReport) -> bool:
     """A server whose /health says 503 (loading weights, warming up) and nothing else is wrong is not drift: it
     starts down, like an unreachable one, and joins once it is ready and passes preflight."""
-    failed = [c for c in result.get("checks", []) if not c["ok"]]
-    return bool(failed) and all(c["name"] == "health" and c["actual"] == 503 for c in failed)
+    failed = [c for c in report.checks if not c.ok]
+    return bool(failed) and all(c.name == "health" and c.actual == 503 for c in failed)
 
 
 class Gate:
@@ -44,7 +45,7 @@ class Gate:
         self.workers = workers  # automatic capacity starts at 1/workers of what the server advertises
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.pending: set[str] = set()  # unreachable at start: preflight before first use
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, EndpointReport] = {}
         self.needs_tools = False  # the input has tools: a server without a tool-call parser is reported
 
     def _key(self, ep: EndpointState) -> str | None:
@@ -54,29 +55,33 @@ class Gate:
         """Preflight every endpoint at once; raise PreflightError on drift. Returns what run.json records."""
         if self.skip:
             return {"skipped": True}
-        results = await asyncio.gather(*(self._preflight(ep) for ep in self.pool.endpoints))
-        drifted = [r for r in results if r["reachable"] and not r["ok"] and not _warming_up(r)]
+        reports = await asyncio.gather(*(self._preflight(ep) for ep in self.pool.endpoints))
+        drifted = [r for r in reports if r.reachable and not r.ok and not _warming_up(r)]
         if drifted:
             raise PreflightError(
                 "preflight failed: an endpoint is not configured as [expect] says; no prompt was sent.\n"
-                + format_preflight({"ok": False, "endpoints": drifted})
+                + format_preflight({"ok": False, "endpoints": [r.as_json() for r in drifted]})
                 + "\n(fix the server or the config; --skip-preflight runs anyway and records it in run.json)"
             )
-        for ep, result in zip(self.pool.endpoints, results, strict=True):
-            if not result["reachable"] or _warming_up(result):
+        for ep, report in zip(self.pool.endpoints, reports, strict=True):
+            if not report.reachable or _warming_up(report):
                 self.pending.add(ep.url)
-                why = "still warming up (/health 503)" if result["reachable"] else _unreachable(result)
+                why = "still warming up (/health 503)" if report.reachable else _unreachable(report)
                 self.pool.mark_down(ep, f"{why}; probing until it is up, {self._deadline()}")
         if self.needs_tools:
-            self._tool_parsers(results)
-        return {"skipped": False, "endpoints": results}
+            reports = [self._tool_parsers(report) for report in reports]
+        return {"skipped": False, "endpoints": [r.as_json() for r in reports]}
 
-    def _tool_parsers(self, results: list[dict[str, Any]]) -> None:
-        """Warn, before any prompt is sent, about each server that would leave tool calls in the text."""
-        for result in results:
-            for check in judge_tool_parser(result):
-                result["checks"].append(check.as_json())
-                log.warning("%s", check.hint, extra={"event": "no_tool_call_parser", "url": result["url"]})
+    def _tool_parsers(self, report: EndpointReport) -> EndpointReport:
+        """Warn, before any prompt is sent, about each server that would leave tool calls in the text; the report
+        with those warnings."""
+        warnings = judge_tool_parser(report)
+        for check in warnings:
+            log.warning("%s", check.hint, extra={"event": "no_tool_call_parser", "url": report.url})
+        if warnings:
+            report = dataclasses.replace(report, checks=report.checks + tuple(warnings))
+            self.results[report.url] = report
+        return report
 
     def _deadline(self) -> str:
         """When the run gives up if no endpoint comes up (client.no_endpoint_timeout_s from now, as a UTC time)."""
@@ -84,18 +89,18 @@ class Gate:
         at = give_up_at(time.time() + timeout)
         return f"the run gives up at {at} (no_endpoint_timeout_s {timeout:.0f}) unless an endpoint is up"
 
-    async def _preflight(self, ep: EndpointState) -> dict[str, Any]:
-        result = await preflight_endpoint(ep.url, self.cfg, api_key=self._key(ep), transport=ep.client.control)
-        self.results[ep.url] = result
-        if result["ok"]:
-            await self._admitted(ep, result)
-        return result
+    async def _preflight(self, ep: EndpointState) -> EndpointReport:
+        report = await check_endpoint(ep.url, self.cfg, api_key=self._key(ep), transport=ep.client.control)
+        self.results[ep.url] = report
+        if report.ok:
+            await self._admitted(ep, report)
+        return report
 
-    async def _admitted(self, ep: EndpointState, result: dict[str, Any]) -> None:
+    async def _admitted(self, ep: EndpointState, report: EndpointReport) -> None:
         self.pending.discard(ep.url)
-        ep.client.server_version = (result.get("info") or {}).get("version")
+        ep.client.server_version = report.info.get("version")
         if ep.auto_capacity:
-            advertised = (result.get("info") or {}).get("effective_max_running_requests")
+            advertised = report.info.get("effective_max_running_requests")
             total = full_batch(advertised, self.workers) if advertised else AUTO_DEFAULT
             ep.capacity = max(1, -(-total // self.workers))  # this worker's share until /v1/loads says more
             ep.capacity_source = f"server advertises {advertised}" if advertised else "default (server advertised none)"
@@ -115,12 +120,12 @@ class Gate:
         if self.skip:
             return None
         if ep.url in self.pending:
-            result = await self._preflight(ep)
-            if not result["reachable"]:
+            report = await self._preflight(ep)
+            if not report.reachable:
                 return NOT_YET[0]
-            if _warming_up(result):
+            if _warming_up(report):
                 return NOT_YET[1]
-            return None if result["ok"] else "failed preflight:\n" + format_preflight({"endpoints": [result]})
+            return None if report.ok else "failed preflight:\n" + format_preflight({"endpoints": [report.as_json()]})
         before = self.fingerprints.get(ep.url)
         if before is None:
             return None
@@ -141,9 +146,9 @@ def capacity_of(spec: EndpointConfig) -> tuple[int, bool]:
     return (spec.concurrency, False) if spec.concurrency > 0 else (AUTO_DEFAULT, True)
 
 
-def _unreachable(result: dict[str, Any]) -> str:
+def _unreachable(report: EndpointReport) -> str:
     """Why preflight could not reach the endpoint, as the socket said it: connection refused, a DNS failure..."""
-    reach = next((c["actual"] for c in result.get("checks", []) if c["name"] == "reachable"), "")
+    reach = next((c.actual for c in report.checks if c.name == "reachable"), "")
     said = (
         "connection refused (nothing listens on the port: a wrong port, or still loading)"
         if reach == "port closed"

@@ -3,7 +3,7 @@
 Only what `[expect]` (and, after `regen launch`, `[launch].args`) asks for can fail; everything else is
 information. Every check is a `Check` (`{name, key, expected, actual, ok, hint, level}` as JSON): `key` is the
 /server_info key actually checked (version-aware for the mamba strategy), `level` is "error" for a failed check, else
-"warning" or "info".
+"warning" or "info". An endpoint's checks make its `EndpointReport`; both turn into JSON only through `as_json`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,36 @@ class Check:
         }
         if self.worker is not None:
             out["worker"] = self.worker
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndpointReport:
+    """Preflight's verdict on one endpoint (and, behind a router, on each worker it lists)."""
+
+    url: str
+    reachable: bool
+    checks: tuple[Check, ...]
+    info: dict[str, Any]
+    version: str | None = None
+    workers: tuple[EndpointReport, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def as_json(self) -> dict[str, Any]:
+        """`{url, ok, reachable, version, checks, info[, workers]}`, in this order: `regen preflight --json`."""
+        out = {
+            "url": self.url,
+            "ok": self.ok,
+            "reachable": self.reachable,
+            "version": self.version,
+            "checks": [c.as_json() for c in self.checks],
+            "info": self.info,
+        }
+        if self.workers is not None:
+            out["workers"] = [w.as_json() for w in self.workers]
         return out
 
 
@@ -306,19 +336,18 @@ def info_of(got: Observed) -> dict[str, Any]:
     }
 
 
-def worker_checks(workers: Sequence[tuple[str, Sequence[Check]]], expectations: list[Expectation]) -> list[Check]:
-    """A router's own checks: every worker's (url, checks) server-arg checks, tagged with the worker, or why none
-    were made."""
+def worker_checks(workers: Sequence[EndpointReport], expectations: list[Expectation]) -> list[Check]:
+    """A router's own checks: every worker's server-arg checks, tagged with the worker, or why none were made."""
     if not workers:
         names = ", ".join(n for n, _, _ in expectations) or "none asked"
         hint = f"the router lists no workers: [expect] checks not made ({names})"
         return [Check("router workers", None, expected="listed at /workers", actual=[], ok=not expectations, hint=hint)]
     out = []
-    for url, checks in workers:
-        for check in checks:
+    for worker in workers:
+        for check in worker.checks:
             if check.name in ("model", "probe", "thinking", "speculative", "concurrency"):
                 continue
-            tagged = dataclasses.replace(check, worker=url)
+            tagged = dataclasses.replace(check, worker=worker.url)
             if check.name == "reachable" and not check.ok:
                 names = ", ".join(n for n, _, _ in expectations)
                 hint = f"the router lists it but it cannot be reached from here: not checked: {names}"
@@ -327,62 +356,17 @@ def worker_checks(workers: Sequence[tuple[str, Sequence[Check]]], expectations: 
     return out
 
 
-def format_preflight(result: Mapping[str, Any]) -> str:
-    """A table per endpoint: check, expected, actual, verdict, hint."""
-    blocks = []
-    for ep in result.get("endpoints", []):
-        head = f"{ep['url']}  {'OK' if ep['ok'] else 'FAILED'}" + (
-            f"  (SGLang {ep['version']})" if ep.get("version") else ""
-        )
-        rows = [("check", "expected", "actual", "verdict", "hint")]
-        for c in ep["checks"]:
-            failed = "DRIFT" if ep.get("reachable", True) else "DOWN"  # a server not reached said nothing to differ
-            verdict = failed if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
-            name = c["name"] if c["key"] in (None, c["name"]) else f"{c['name']} [{c['key']}]"
-            if c.get("worker"):
-                name = f"{c['worker']}: {name}"
-            rows.append((name, show(c["expected"]), show(c["actual"]), verdict, c["hint"] or ""))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
-        blocks.append("\n".join([head, *[line.rstrip() for line in lines]]))
-    return "\n\n".join([*blocks, _verdict(result)])
-
-
-def _verdict(result: Mapping[str, Any]) -> str:
-    """The last line: passed, the servers differ from the config, or some cannot be reached (not drift)."""
-    if result.get("ok"):
-        return "preflight passed"
-    eps = result.get("endpoints", [])
-    down = [ep["url"] for ep in eps if not ep.get("reachable", True)]
-    drift = [ep for ep in eps if not ep["ok"] and ep.get("reachable", True)]
-    parts = ["the servers differ from the config"] if drift else []
-    if down:
-        parts.append(f"{len(down)} of {len(eps)} endpoints cannot be reached ({', '.join(down[:4])})")
-    return "preflight FAILED: " + ("; ".join(parts) or "the servers differ from the config")
-
-
-def show(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return ", ".join(map(str, value)) or "-"
-    return str(value)
-
-
-def judge_tool_parser(result: Mapping[str, Any]) -> list[Check]:
+def judge_tool_parser(report: EndpointReport) -> list[Check]:
     """For an input with tools: a warning per server (each worker behind a router) that has no tool-call parser
     (`tool_call_parser` null in /server_info). Such a server leaves a call in the answer's text (`<tool_call>...`)
     and never says `finish_reason: "tool_calls"`, so a text turn that calls a tool cannot be told from an answer."""
-    servers = [(w.get("url", result["url"]), w) for w in result.get("workers") or []] or [(result["url"], result)]
     out = []
-    for url, server in servers:
-        info = server.get("info") or {}
-        if not server.get("reachable") or info.get("server_info_path") is None or info.get("tool_call_parser"):
+    for server in report.workers or (report,):
+        info = server.info
+        if not server.reachable or info.get("server_info_path") is None or info.get("tool_call_parser"):
             continue
         hint = (
-            f"{url}: the input has tools but the server parses no tool calls; launch SGLang with "
+            f"{server.url}: the input has tools but the server parses no tool calls; launch SGLang with "
             "--tool-call-parser NAME (qwen25 for Qwen2.5/Qwen3, llama3, mistral, deepseekv3, ...) so a text turn "
             "that calls a tool comes back as tool_calls and is resampled"
         )

@@ -8,7 +8,9 @@ For one endpoint, `preflight_endpoint` gathers observations over the control pla
 
 Every check is a `checks.Check`, `{name, key, expected, actual, ok, hint, level}` in JSON: `key` is the /server_info
 key actually checked (version-aware for the mamba strategy), `level` is "error" for a failed check, else "warning" or
-"info". An endpoint's checks make an `EndpointReport`; both become JSON only in what the public functions return.
+"info". An endpoint's checks make an `EndpointReport` (`check_endpoint`, what the run's gate reads); both become JSON
+only in what `preflight_endpoint` and `preflight` return (`regen preflight --json`, run.json). The table is
+`format_preflight`'s.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from ..errors import EndpointDownError, RetryableRequestError
 from . import server_args
 from .checks import (
     Check,
+    EndpointReport,
     Expectation,
     Observed,
-    format_preflight,
     info_of,
     judge_basics,
     judge_concurrency,
@@ -46,42 +48,14 @@ from .probe import probe as probe_server
 __all__ = [
     "PROBE_PROMPT",
     "PROBE_RID_PREFIX",
+    "EndpointReport",
+    "check_endpoint",
     "fingerprint_changes",
     "format_preflight",
     "preflight",
     "preflight_endpoint",
     "server_fingerprint",
 ]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EndpointReport:
-    """Preflight's verdict on one endpoint (and, behind a router, on each worker it lists)."""
-
-    url: str
-    reachable: bool
-    checks: tuple[Check, ...]
-    info: dict[str, Any]
-    version: str | None = None
-    workers: tuple[EndpointReport, ...] | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    def as_json(self) -> dict[str, Any]:
-        """`{url, ok, reachable, version, checks, info[, workers]}`, in this order: `regen preflight --json`."""
-        out = {
-            "url": self.url,
-            "ok": self.ok,
-            "reachable": self.reachable,
-            "version": self.version,
-            "checks": [c.as_json() for c in self.checks],
-            "info": self.info,
-        }
-        if self.workers is not None:
-            out["workers"] = [w.as_json() for w in self.workers]
-        return out
 
 
 # ---------------------------------------------------------------- observing
@@ -201,21 +175,25 @@ async def preflight_endpoint(
     `extra_expect` (flag → value, e.g. the launched args) is checked like [expect]; a failure reads
     "you passed X=a, the server runs X=b". Behind sglang-router, each listed worker is checked too.
     """
-    retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
-    report = await _check_endpoint(url, cfg, api_key, probe, extra_expect, retry, sleep, transport)
+    report = await check_endpoint(
+        url, cfg, api_key=api_key, probe=probe, extra_expect=extra_expect, retry=retry, sleep=sleep, transport=transport
+    )
     return report.as_json()
 
 
-async def _check_endpoint(
+async def check_endpoint(
     url: str,
     cfg: Config,
-    api_key: str | None,
-    probe: bool,
-    extra_expect: Mapping[str, Any] | None,
-    retry: RetryPolicy,
-    sleep: Sleep,
+    *,
+    api_key: str | None = None,
+    probe: bool = True,
+    extra_expect: Mapping[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    sleep: Sleep = asyncio.sleep,
     transport: Transport | None = None,
 ) -> EndpointReport:
+    """`preflight_endpoint` as a record (what the gate reads); JSON only in what preflight_endpoint returns."""
+    retry = retry or RetryPolicy(cfg.client.backoff_base_s, cfg.client.backoff_max_s)
     ep = _endpoint_config(cfg, url)
     expectations = _expectations(cfg, extra_expect)
     async with control_plane(url, cfg.client, api_key, transport) as ctl:
@@ -231,7 +209,7 @@ async def _check_endpoint(
         checks += judge_expect(got, expectations) + judge_info(got, ep, expect_keys)
     else:
         workers = await _check_workers(got.router_workers, cfg, api_key, extra_expect, retry, sleep)
-        checks += worker_checks([(w.url, w.checks) for w in workers], expectations)
+        checks += worker_checks(workers, expectations)
         caps = [w.info["effective_max_running_requests"] for w in workers if w.reachable]
         if caps and None not in caps and "effective_max_running_requests" not in expect_keys:
             checks += judge_concurrency(sum(caps), ep, "the router's workers together run")
@@ -248,7 +226,10 @@ async def _check_workers(
     retry: RetryPolicy,
     sleep: Sleep,
 ) -> tuple[EndpointReport, ...]:
-    return tuple(await asyncio.gather(*(_check_endpoint(u, cfg, api_key, False, extra, retry, sleep) for u in urls)))
+    tasks = [
+        check_endpoint(u, cfg, api_key=api_key, probe=False, extra_expect=extra, retry=retry, sleep=sleep) for u in urls
+    ]
+    return tuple(await asyncio.gather(*tasks))
 
 
 async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool = True) -> dict[str, Any]:
@@ -266,9 +247,9 @@ async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool =
                     continue
             local = dataclasses.replace(cfg, endpoints=(dataclasses.replace(ep, url=url),))
             api_key = api_key_for(ep.api_key_env, "api_key_env")
-            jobs.append(preflight_endpoint(url, local, api_key=api_key, probe=probe))
-        results = list(await asyncio.gather(*jobs))
-    return {"ok": all(r["ok"] for r in results), "endpoints": results}
+            jobs.append(check_endpoint(url, local, api_key=api_key, probe=probe))
+        reports = list(await asyncio.gather(*jobs))
+    return {"ok": all(r.ok for r in reports), "endpoints": [r.as_json() for r in reports]}
 
 
 async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig) -> tuple[str, str]:
@@ -281,11 +262,11 @@ async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig) -> tuple[str, 
         return "", f"{exc.kind}: {exc.message}"
 
 
-async def _failed_start(spec: EndpointConfig, message: str) -> dict[str, Any]:
+async def _failed_start(spec: EndpointConfig, message: str) -> EndpointReport:
     check = Check(
         "start", None, expected="the simulator starts", actual=message, ok=False, hint="fix endpoints.sim_args"
     )
-    return EndpointReport(spec.url, False, (check,), {}).as_json()
+    return EndpointReport(spec.url, False, (check,), {})
 
 
 async def server_fingerprint(
@@ -309,3 +290,47 @@ def fingerprint_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
     """Human lines "key: a → b" for every fingerprint key that differs."""
     keys = sorted(set(before) | set(after))
     return [f"{k}: {before.get(k)!r} → {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
+
+
+def format_preflight(result: Mapping[str, Any]) -> str:
+    """A table per endpoint: check, expected, actual, verdict, hint."""
+    blocks = []
+    for ep in result.get("endpoints", []):
+        head = f"{ep['url']}  {'OK' if ep['ok'] else 'FAILED'}" + (
+            f"  (SGLang {ep['version']})" if ep.get("version") else ""
+        )
+        rows = [("check", "expected", "actual", "verdict", "hint")]
+        for c in ep["checks"]:
+            failed = "DRIFT" if ep.get("reachable", True) else "DOWN"  # a server not reached said nothing to differ
+            verdict = failed if not c["ok"] else "warn" if c.get("level") == "warning" else "ok"
+            name = c["name"] if c["key"] in (None, c["name"]) else f"{c['name']} [{c['key']}]"
+            if c.get("worker"):
+                name = f"{c['worker']}: {name}"
+            rows.append((name, show(c["expected"]), show(c["actual"]), verdict, c["hint"] or ""))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+        blocks.append("\n".join([head, *[line.rstrip() for line in lines]]))
+    return "\n\n".join([*blocks, _verdict(result)])
+
+
+def _verdict(result: Mapping[str, Any]) -> str:
+    """The last line: passed, the servers differ from the config, or some cannot be reached (not drift)."""
+    if result.get("ok"):
+        return "preflight passed"
+    eps = result.get("endpoints", [])
+    down = [ep["url"] for ep in eps if not ep.get("reachable", True)]
+    drift = [ep for ep in eps if not ep["ok"] and ep.get("reachable", True)]
+    parts = ["the servers differ from the config"] if drift else []
+    if down:
+        parts.append(f"{len(down)} of {len(eps)} endpoints cannot be reached ({', '.join(down[:4])})")
+    return "preflight FAILED: " + ("; ".join(parts) or "the servers differ from the config")
+
+
+def show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
