@@ -1,5 +1,5 @@
 """`regen audit` (dataset/audit.py) on a dataset with planted defects: each one counted exactly, by reason, by turn
-and by column; the id list; exit codes; the stored-text split (dataset/stored.py)."""
+and by column; the id list; exit codes; the stored-text split (inputs/stored.py)."""
 
 from __future__ import annotations
 
