@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -20,7 +19,7 @@ from pipeline.records import Prompt
 from pipeline.sim import prompt_key
 from pipeline.store.journal import TURN, list_journals, read_journal
 from tests.conftest import ROOT, SimProcess, regen
-from tests.helpers import assert_exactly_once
+from tests.helpers import assert_exactly_once, wait_until
 
 DATA = ROOT / "data" / "sample_conversations.jsonl"
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
@@ -102,6 +101,28 @@ def test_turns_last_keeps_the_history_as_given(tmp_path: Path, sim) -> None:
         assert generations.get(prompt_key(list(prompt.messages[: last[0]]))) == 1
 
 
+def test_history_reasoning_sends_the_regenerated_reasoning_back(tmp_path: Path, sim) -> None:
+    """`generation.history_reasoning = true`: each history answer goes back with its regenerated reasoning as
+    `reasoning_content` (the simulator counts generations by the exact messages it received)."""
+    server: SimProcess = sim(*SIM)
+    done = regen("run", str(_config(tmp_path, server.url, "history_reasoning = true")), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    inputs, rows = _inputs(), _rows(tmp_path / "run")
+    generations = server.stats()["generations"]
+    multi = 0
+    for prompt_id, row in rows.items():
+        prompt, turns = inputs[prompt_id], row["turns"]
+        answers, reasoning = [t["answer"] for t in turns], [t["reasoning"] for t in turns]
+        for k in range(1, len(turns)):
+            sent = conversation.request(prompt.messages, prompt.positions, k, answers, reasoning, kept_reasoning=True)
+            assert {"role": "assistant", "content": answers[0], "reasoning_content": reasoning[0]} in sent
+            assert generations.get(prompt_key(sent)) == 1, prompt_id
+            bare = conversation.request(prompt.messages, prompt.positions, k, answers)
+            assert generations.get(prompt_key(bare)) is None, prompt_id  # the default's request was not sent
+            multi += 1
+    assert multi > 20
+
+
 def _journaled_turns(run_dir: Path) -> dict[str, set[int]]:
     found: dict[str, set[int]] = {}
     for journal in list_journals(run_dir / "journal"):
@@ -110,18 +131,27 @@ def _journaled_turns(run_dir: Path) -> dict[str, set[int]]:
     return found
 
 
+def _turn_set(run_dir: Path) -> set[tuple[str, int]]:
+    return {(i, k) for i, ks in _journaled_turns(run_dir).items() for k in ks}
+
+
 def test_a_sigkill_mid_conversation_loses_nothing_and_regenerates_no_journaled_turn(tmp_path: Path, sim) -> None:
     server: SimProcess = sim(*SIM, "--decode-rate", "3000", "--max-running-requests", "8")
     cfg = _config(tmp_path, server.url)
     run_dir = tmp_path / "run"
     kills: list[tuple[dict[str, set[int]], dict[str, int]]] = []  # (turns journaled, generations) at each kill
-    for delay in (3.0, 2.5):  # two kills, each in the middle of many conversations
+    before: set[tuple[str, int]] = set()
+    for _ in range(2):  # two kills, each in the middle of many conversations
         proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT)
-        time.sleep(delay)
+        wait_until(  # this run journaled a turn of its own, and turns are being generated
+            lambda seen=before: bool(_turn_set(run_dir) - seen) and server.stats()["running"] > 0,
+            "a newly journaled turn with requests running",
+            alive=proc,
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills.append((_journaled_turns(run_dir), dict(server.stats()["generations"])))
-    assert any(journaled for journaled, _ in kills), "the kills should land while conversations are half done"
+        before = _turn_set(run_dir)
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert_exactly_once(run_dir, [*_inputs(), "tool-001", "image-001"])
