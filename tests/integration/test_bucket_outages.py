@@ -14,6 +14,7 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
+from botocore.config import Config as BotoConfig
 
 from pipeline.errors import StoreUnavailableError
 from pipeline.store.objects import S3Objects, parse_uri
@@ -74,7 +75,9 @@ def test_a_12_second_outage_is_ridden_out(tmp_path: Path, sim, s3: S3Server) -> 
 def test_a_store_that_stays_down_is_exit_3_after_the_retry_window(s3: S3Server) -> None:
     host, port = s3.url.removeprefix("http://").split(":")
     with StoreProxy(host, int(port)) as proxy:
-        client = boto3.client("s3", endpoint_url=proxy.url)
+        # botocore retrying as regen's own client does (objects._client), so the window is the bound, not its retries
+        config = BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 2, "mode": "standard"})
+        client = boto3.client("s3", endpoint_url=proxy.url, config=config)
         slept: list[float] = []
 
         def sleep(seconds: float) -> None:
