@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -29,14 +30,19 @@ async def _stats(c: httpx.AsyncClient) -> dict[str, Any]:
     return (await c.get("/_sim/stats")).json()
 
 
+async def _until(c: httpx.AsyncClient, condition: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    """Stats once `condition` holds of them (polled: the test synchronises on the server's state, never a sleep;
+    the 30 s bound is for a hang, not a measure)."""
+    deadline = time.monotonic() + 30
+    while not condition(stats := await _stats(c)):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {stats}"
+        await asyncio.sleep(0.02)
+    return stats
+
+
 async def _settled(c: httpx.AsyncClient) -> dict[str, Any]:
     """Stats once the server has noticed every disconnect (in_flight back to 0)."""
-    for _ in range(100):
-        stats = await _stats(c)
-        if stats["in_flight"] == 0:
-            return stats
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"requests still in flight: {stats}")
+    return await _until(c, lambda stats: stats["in_flight"] == 0, "every request to end")
 
 
 class _Events:
@@ -111,7 +117,7 @@ def test_abort_by_the_generated_id_and_non_streaming_stalls() -> None:
             with pytest.raises(httpx.ReadTimeout):  # non-streaming: a hang
                 await c.post("/v1/chat/completions", json=_body(2), timeout=0.3)
             task = asyncio.create_task(c.post("/v1/chat/completions", json=_body(3, rid="quiet")))
-            await asyncio.sleep(0.1)
+            await _until(c, lambda stats: stats["faults"].get("stall") == 3, "the third request to stall")
             await c.post("/abort_request", json={"rid": "quiet"})
             choice = (await task).json()["choices"][0]
             assert choice["finish_reason"] == "abort" and choice["message"]["content"] == ""
@@ -135,12 +141,13 @@ def test_trickle_paces_streams_but_not_plain_responses() -> None:
             assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
             deltas = [e for e in events[1:-1] if e["choices"][0]["delta"].get("reasoning_content")]
             assert len(deltas) == 3  # 24 tokens in 8-token deltas
-            gaps = [b - a for a, b in itertools.pairwise(arrivals) if b - a > 0.05]
-            assert len(gaps) == 3 and all(gap < 0.5 for gap in gaps)  # alive: never silent for long
-            t0 = time.perf_counter()
+            # Paced: the server sent the three deltas at least 0.1 s apart (a lower bound: a busy machine only
+            # stretches it; how the gaps fall on this side depends on when the client got to read).
+            assert arrivals[-1] - arrivals[0] >= 0.25, arrivals
+            gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+            assert max(gaps) < 1.0, gaps  # alive: never silent for long (10x the trickle interval)
             assert (await c.post("/v1/chat/completions", json=_body(1, max_tokens=24))).status_code == 200
-            assert time.perf_counter() - t0 < 0.1
-            stats = await _stats(c)
+            stats = await _stats(c)  # the plain response was not trickled: the fault counted once, for the stream
             assert stats["faults"]["trickle"] == 1 and stats["generations_total"] == 2 and stats["cancelled"] == 0
 
     asyncio.run(main())
