@@ -20,7 +20,7 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .. import conversation
 from ..config import Config
@@ -40,12 +40,7 @@ from ..validator import looping, validate
 from .circuit import FailureCircuit
 from .deadline import Deadlines
 from .metrics import Metrics
-
-
-class Sink(Protocol):
-    def add_accepted(self, row: dict[str, Any]) -> None: ...
-    def add_rejected(self, row: dict[str, Any]) -> None: ...
-    def add_turn(self, prompt_id: str, k: int, turn: Turn) -> None: ...
+from .sink import Sink
 
 
 @dataclass

@@ -4,18 +4,10 @@ and the Prometheus exporter serves them (pipeline/engine/prometheus.py)."""
 from __future__ import annotations
 
 import bisect
-import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from ..records import Turn
-
-if TYPE_CHECKING:
-    from .dispatcher import Sink
-
-log = logging.getLogger("regen.run")
+from typing import Any
 
 COMMIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -141,28 +133,3 @@ class Metrics:
             "last_errors": list(self.last_errors),
             **self.rates(),
         }
-
-
-class CountingSink:
-    """The store as the dispatcher sees it: counts stored rows by endpoint and logs prompts out of retries."""
-
-    def __init__(self, sink: Sink, metrics: Metrics):
-        self.sink = sink
-        self.metrics = metrics
-
-    def add_accepted(self, row: dict[str, Any]) -> None:
-        self.sink.add_accepted(row)
-        self.metrics.record_stored(row)
-
-    def add_turn(self, prompt_id: str, k: int, turn: Turn) -> None:
-        self.sink.add_turn(prompt_id, k, turn)
-
-    def add_rejected(self, row: dict[str, Any]) -> None:
-        self.sink.add_rejected(row)
-        if row.get("reason") == "exhausted_retries":
-            log.warning(
-                "%s: rejected, retries exhausted (%s)",
-                row.get("id"),
-                row.get("detail"),
-                extra={"event": "retries_exhausted", "id": row.get("id"), "detail": row.get("detail")},
-            )

@@ -43,9 +43,10 @@ from .dispatcher import Dispatcher
 from .gate import Gate, capacity_of
 from .logs import ProgressLog
 from .memory import TRIM_INTERVAL_S, return_free_memory
-from .metrics import CountingSink, Metrics
+from .metrics import Metrics
 from .prometheus import Exporter
 from .refusals import FIRST_ROWS, check_first_rows, first_row_fields
+from .sink import CountingSink
 
 log = logging.getLogger("regen.run")
 HEARTBEAT_INTERVAL_S = 1.0
