@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 import orjson
-from aiohttp.abc import AbstractResolver
 
 from ..config import ClientConfig, GenerationConfig
 from ..errors import EndpointDownError, RequestError, RetryableRequestError
@@ -26,7 +24,7 @@ from . import failures
 from .loop_guard import LoopStopped, StreamGuard
 from .reasoning import split_reasoning
 from .sse import ErrorEvent, InvalidStream, parse_stream
-from .transport import Reply, Timeouts, Transport
+from .transport import Reply, Resolver, Timeouts, Transport
 
 CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
@@ -87,7 +85,7 @@ class EndpointClient:
         concurrency: int = 0,
         api_key: str | None = None,
         honor_overrides: bool = False,
-        resolver: AbstractResolver | None = None,
+        resolver: Resolver | None = None,
     ):
         self.url = url.rstrip("/")
         self.honor_overrides = honor_overrides
@@ -208,7 +206,7 @@ class EndpointClient:
             await self.abort(rid)
             return {**guard.partial(), "loop_stopped": True}
         except RetryableRequestError as exc:
-            if isinstance(exc.__cause__, aiohttp.SocketTimeoutError | TimeoutError):
+            if failures.timed_out(exc):
                 await self.abort(rid)  # stalled or past its time: the server may still be decoding it
             raise
         _check_status(reply, self.url)
@@ -248,10 +246,7 @@ class EndpointClient:
                 await self.session.request("POST", "/abort_request", body=body, timeouts=timeouts)
                 return
             except EndpointDownError as exc:
-                cause = exc.__cause__
-                if not isinstance(cause, aiohttp.ClientConnectorError) or isinstance(
-                    cause.os_error, ConnectionRefusedError
-                ):
+                if failures.holder_gone(exc):
                     return  # refused (nothing listens: no process holds the request) or reset by a dying server
             except RetryableRequestError:
                 pass  # no connection within connect_timeout_s (a partition): again, after a backoff

@@ -76,6 +76,19 @@ def is_stale(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError | ConnectionError)
 
 
+def timed_out(error: BaseException) -> bool:
+    """Whether a request error (as `from_exception` made it) ran out of time: stalled or past its deadline, so the
+    server may still be decoding it."""
+    return isinstance(error.__cause__, aiohttp.SocketTimeoutError | TimeoutError)
+
+
+def holder_gone(error: BaseException) -> bool:
+    """Whether a down endpoint's error says no process holds its requests any more: the connection was refused
+    (nothing listens) or reset by a dying server, rather than a connect that got no answer (a partition)."""
+    cause = error.__cause__
+    return not isinstance(cause, aiohttp.ClientConnectorError) or isinstance(cause.os_error, ConnectionRefusedError)
+
+
 def error_message(raw: bytes) -> str:
     """The message of an error body, whatever its shape (OpenAI's flat object, {"error": {...}}, plain text)."""
     try:
