@@ -39,7 +39,7 @@ class Prompt:
     turns: tuple[int, ...] = ()
     source_id: str | None = None
     tools: tuple[dict[str, Any], ...] = ()
-    # the conversation as read (dataset.stored.fingerprint), checked by the repaired export; derived from the fields
+    # the conversation as read (inputs.stored.fingerprint), checked by the repaired export; derived from the fields
     # above, so it takes no part in equality
     fingerprint: str | None = field(default=None, compare=False)
     overrides: RequestOverrides | None = None
