@@ -3,7 +3,8 @@
 Three 16-slot simulators with requests of ~1 s are kept full; one answers 3% of requests with 503, another
 restarts once (same args, port closed for 1.5 s). `no_endpoint_timeout_s` is 2 s, twice a request: the wait for a
 free slot on healthy endpoints must never count against it, and retries must not starve behind new prompts. The
-run ends with exit 0, every id exactly once, and the healthy servers' slots busy while work was pending.
+run ends with exit 0, every id exactly once, the healthy servers never marked down, and their slots refilled while
+work was pending.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 
 from tests.conftest import regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
@@ -37,17 +39,19 @@ def config(tmp_path: Path, urls: list[str], concurrency: int = 0) -> Path:
 
 
 class Occupancy:
-    """Samples `num_running_reqs` of some servers every 50 ms while the run still has work to hand out."""
+    """Samples `num_running_reqs` and `num_waiting_reqs` of some servers every 50 ms while the run still has work
+    to hand out, each sample with its time."""
 
     def __init__(self, urls: list[str], all_urls: list[str], stop_after: int):
         self.urls, self.all_urls, self.stop_after = urls, all_urls, stop_after
         self.samples: list[float] = []
+        self.free: list[tuple[float, bool]] = []  # (time, some server had a free slot and nothing queued)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _running(self, client: httpx.Client, url: str) -> int:
+    def _load(self, client: httpx.Client, url: str) -> tuple[int, int]:
         loads = client.get(f"{url}/v1/loads", timeout=2).json()["loads"]
-        return sum(min(SLOTS, r["num_running_reqs"]) for r in loads)
+        return sum(min(SLOTS, r["num_running_reqs"]) for r in loads), sum(r["num_waiting_reqs"] for r in loads)
 
     def _generations(self, client: httpx.Client) -> int:
         total = 0
@@ -62,15 +66,33 @@ class Occupancy:
         with httpx.Client() as client:
             started = False
             while not self.done.is_set() and self._generations(client) < self.stop_after:
-                running = [self._running(client, url) for url in self.urls]
+                loads = [self._load(client, url) for url in self.urls]
+                running = [r for r, _ in loads]
                 started = started or all(r == SLOTS for r in running)  # from the first full batch on
                 if started:
                     self.samples.append(sum(running) / (SLOTS * len(self.urls)))
+                    self.free.append((time.monotonic(), any(r < SLOTS and w == 0 for r, w in loads)))
                 time.sleep(0.05)
 
     @property
     def mean(self) -> float:
         return sum(self.samples) / len(self.samples)
+
+    def longest_idle_s(self) -> float:
+        """The longest stretch of consecutive samples in which a server had a free slot and nothing queued."""
+        longest, since = 0.0, None
+        for t, free in self.free:
+            if free and since is None:
+                since = t
+            elif not free and since is not None:
+                longest, since = max(longest, t - since), None
+        return longest
+
+
+def _endpoint_states(run_dir: Path, urls: list[str]) -> set[str]:
+    """Every state regen's metrics snapshots gave these endpoints while prompts were pending."""
+    snaps = [orjson.loads(line) for line in (run_dir / "metrics" / "worker-0.jsonl").read_bytes().splitlines()]
+    return {s["endpoints"][u]["state"] for s in snaps if s["pending"] and s["endpoints"] for u in urls}
 
 
 def test_503s_and_a_restart_on_saturated_servers_do_not_end_the_run(tmp_path: Path, sim) -> None:
@@ -99,4 +121,9 @@ def test_503s_and_a_restart_on_saturated_servers_do_not_end_the_run(tmp_path: Pa
         restarting.stats()["responses"],
         flaky.stats()["faults"],
     )
-    assert occupancy.mean >= 0.98, occupancy.samples
+    # Saturated is not dead: the healthy servers were never marked anything but healthy (regen's own snapshots),
+    # and a slot they freed was refilled (or already queued for) within half a request (~1 s each), not after the
+    # several requests a pool that stopped sending takes to ramp back. A state sampled, not a share of wall time.
+    states = _endpoint_states(tmp_path / "run", [steady.url, flaky.url])
+    assert states == {"healthy"}, states
+    assert occupancy.longest_idle_s() < 0.5, occupancy.free
