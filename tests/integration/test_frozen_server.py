@@ -7,14 +7,14 @@ generation of the retry. The client aborts every moved rid in the background; th
 server's socket and land when it resumes.
 
 Scaled time: requests last ~2 s, several times the health interval (0.2 s), the health timeout (0.4 s) and the
-simulator's disconnect check (0.4 s); the freeze (3 s) is longer than a request.
+simulator's disconnect check (0.4 s); the freeze lasts until regen has declared the server down.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import time
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -30,16 +30,26 @@ def test_a_resumed_server_does_not_finish_the_requests_that_moved_away(tmp_path:
     ids = write_prompts(tmp_path / "prompts.jsonl", n=96)
     health = "health_interval_s = 0.2\nhealth_timeout_s = 0.4\nhealth_failures = 2\n"
     proc = start_run(config(tmp_path, [steady.url, frozen.url], client="connect_timeout_s = 1", health=health))
+    lines: list[str] = []
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
     try:
         wait_for(lambda: frozen.stats()["generations_total"] >= 8)  # its batch is full and turning over
         os.kill(frozen.proc.pid, signal.SIGSTOP)
-        time.sleep(3.0)  # declared down within ~0.6 s (two missed probes): its requests move
+        # frozen until regen has declared it down (two missed probes) and so moved its requests: its log says so
+        wait_for(lambda: any(f"{frozen.url}: down (" in line for line in lines), timeout=60)
         os.kill(frozen.proc.pid, signal.SIGCONT)
-        _, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         os.kill(frozen.proc.pid, signal.SIGCONT)
         if proc.poll() is None:
             proc.kill()
+        reader.join(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    err = "".join(lines)
     assert proc.returncode == 0, err[-3000:]
     assert f"{frozen.url}: down (" in err and f"{frozen.url}: up again" in err
     assert_exactly_once(tmp_path / "run", ids)
