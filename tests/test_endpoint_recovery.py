@@ -132,7 +132,8 @@ def test_an_endpoint_is_used_again_within_a_second_of_health_answering() -> None
     to_use, to_full, ids = asyncio.run(scenario())
     assert len(ids) == len(set(ids)) and len(ids) > 20
     assert to_use <= 1.5, to_use  # probes every 0.5 s, then the first request at once
-    assert to_full <= 4.0, to_full  # 2 then 3, 4, ... slots: full within a few ~0.5 s requests
+    # 2 then 3, 4 slots: full within about three ~0.5 s requests; over 3x that here (the old pool: ~30 s)
+    assert to_full <= 5.0, to_full
 
 
 def test_the_exit_message_says_what_became_of_each_endpoint() -> None:
