@@ -149,11 +149,8 @@ def test_hang_until_client_disconnects() -> None:
                 await c.post("/v1/chat/completions", json=_body(), timeout=0.3)
             stats = (await c.get("/_sim/stats")).json()
             assert stats["faults"]["hang"] == 1
-            for _ in range(50):  # the server notices the disconnect and drops the request
-                if (await c.get("/_sim/stats")).json()["in_flight"] == 0:
-                    break
-                await asyncio.sleep(0.02)
-            assert (await c.get("/_sim/stats")).json()["in_flight"] == 0
+            # the server notices the disconnect and drops the request
+            await _until(lambda: _stats_if(c, lambda s: s["in_flight"] == 0), "the hung request to be dropped")
 
     asyncio.run(main())
 
