@@ -7,8 +7,6 @@ import builtins
 import errno
 import io
 import os
-import resource
-import signal
 import subprocess
 import sys
 import textwrap
@@ -121,9 +119,15 @@ def test_read_only_run_dir_is_refused_with_the_reason(tmp_path: Path, monkeypatc
 # committed shards of 7 KB rows one 1.2 MB row is what no longer fits. The writer reports each sync.
 FILLING = textwrap.dedent(
     """
+    import resource
+    import signal
     import sys
     from pathlib import Path
     from pipeline.errors import OutputError
+
+    disk = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
     from pipeline.store import RunStore
     from pipeline.store import synthetic as syn
 
@@ -148,17 +152,11 @@ FILLING = textwrap.dedent(
 DISK = 1_000_000
 
 
-def _small_disk() -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (DISK, DISK))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
-
-
 def test_full_disk_stops_with_a_clear_error_and_resumes_once_space_is_free(tmp_path: Path) -> None:
     run = tmp_path / "run"
     child = subprocess.run(
-        [sys.executable, "-c", FILLING, str(run)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-        preexec_fn=_small_disk,
-    )  # fmt: skip
+        [sys.executable, "-c", FILLING, str(run), str(DISK)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert child.returncode == 0, child.stderr
     lines = child.stdout.splitlines()
     errors = [line for line in lines if line.startswith("error ")]
