@@ -233,6 +233,19 @@ def test_audit_field_flags(tmp_path: Path, capsys: Capture) -> None:
     assert report["by_reason"].get("empty_reasoning") and not lax["by_reason"].get("empty_reasoning")
 
 
+def test_audit_config_and_set(tmp_path: Path, capsys: Capture) -> None:
+    planted = write_planted(tmp_path / "planted.jsonl", 30)
+    data = tmp_path / "renamed.jsonl"
+    data.write_bytes(b"".join(orjson.dumps({"key": r["id"], "conv": r["messages"]}) + b"\n" for r, _, _ in planted))
+    cfg = tmp_path / "audit.toml"  # [input] from the config, the id field from --set
+    cfg.write_text(f'[input]\npath = "{data}"\nmessages_field = "conv"\n')
+    ids_out = tmp_path / "failing.txt"
+    argv = ["audit", "--config", str(cfg), "--set", 'input.id_field="key"', "--ids-out", str(ids_out)]
+    code, report = regen_json(capsys, *argv)
+    assert code == 1 and report["rows"] == 30 and "bad_input" not in report["by_reason"]
+    assert ids_out.read_text().splitlines() == [r["id"] for r, reason, _ in planted if reason]
+
+
 # -- preflight -------------------------------------------------------------------------------------------------
 
 
