@@ -53,7 +53,7 @@ def test_a_redirected_log_has_progress_lines_at_the_interval_and_no_carriage_ret
     stamps = [datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00")) for line in progress]
     assert len(stamps) >= 5, text.decode()
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
-    assert max(gaps) < 0.6, gaps  # every 0.2 s, with room for a busy machine
+    assert max(gaps) < 1.0, gaps  # every 0.2 s: 5x room for a busy machine (none at all would be the whole run)
     line = progress[-1]
     assert re.search(r"\d+/120 prompts \(\d+\.\d%\) \| [\d.]+ completions/s, [\d,]+ output tok/s \| ETA ", line), line
     assert "rejects " in line and "endpoints healthy=1" in line
