@@ -37,7 +37,9 @@ class Hosts:
         for address in addresses:
             found |= _forms(address)
         self.strings = sorted(found, key=len, reverse=True)  # longest first: a URL before its host
-        self._pattern = re.compile("|".join(re.escape(s) for s in self.strings)) if self.strings else None
+        # whole names only: a host `c` must not turn "license" into "li<endpoint>ense" (a dot may follow: a sentence)
+        alternatives = "|".join(re.escape(s) for s in self.strings)
+        self._pattern = re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])") if self.strings else None
 
     @classmethod
     def of_run(cls, run_dir: Path, manifest: dict[str, Any]) -> Hosts:
