@@ -68,7 +68,7 @@ def test_a_12_second_outage_is_ridden_out(tmp_path: Path, sim, s3: S3Server) -> 
     err = (tmp_path / "run.err").read_text()
     assert rc == 0, err
     assert proxy.dropped > 0 and "retrying in" in err
-    assert ended - dropped_at >= 12.0 or "retrying in" in err
+    assert ended - dropped_at >= 12.0  # its last commit needed the store back: it rode the outage out, not before it
     assert_exactly_once(_final_view(tmp_path), ids, exact=True)
 
 
