@@ -303,13 +303,19 @@ class Runner:
         capacity = sum(ep.capacity for ep in self.pool.endpoints)
         queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=self.cfg.client.queue_size or max(64, capacity))
         self._queue = queue
-        sink = CountingSink(store, self.metrics)
+        backlog = asyncio.Event()  # a row group's worth of rows waits for the journal: sync now (see _syncer)
+
+        def on_add() -> None:
+            if store.needs_sync:
+                backlog.set()
+
+        sink = CountingSink(store, self.metrics, on_add=on_add)
         dispatcher = Dispatcher(self.cfg, self.pool, sink, self.metrics, partial=self._partial)
         self._install_signals()
         try:
             async with asyncio.TaskGroup() as tg:
                 background = [
-                    tg.create_task(self._syncer(store)),
+                    tg.create_task(self._syncer(store, backlog)),
                     tg.create_task(self._ticker()),
                     tg.create_task(self._progress_lines()),
                     tg.create_task(self._return_free_memory()),
@@ -407,10 +413,18 @@ class Runner:
             self.pool.add(await self._open_endpoint(url, epcfg))
         await self.pool.notify()
 
-    async def _syncer(self, store: RunStore) -> None:
+    async def _syncer(self, store: RunStore, backlog: asyncio.Event) -> None:
+        """Make finished rows durable every `output.sync_interval_s`, and sooner once a row group's worth waits
+        (`backlog`): what waits in memory for the journal then follows the row group, not the rate. At ~3,000
+        completions/s a second's rows held ~100 MB of RSS (scripts/bench.py --only overhead)."""
         synced = self.metrics.done
         while True:
-            await asyncio.sleep(self.cfg.output.sync_interval_s)
+            try:
+                async with asyncio.timeout(self.cfg.output.sync_interval_s):
+                    await backlog.wait()
+            except TimeoutError:
+                pass
+            backlog.clear()
             started, rows = time.monotonic(), self.metrics.done - synced
             await store.sync()
             if rows:

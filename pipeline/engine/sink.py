@@ -4,6 +4,7 @@ runner puts between the dispatcher and the store to count stored rows and log pr
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..records import Turn
@@ -19,21 +20,26 @@ class Sink(Protocol):
 
 
 class CountingSink:
-    """The store as the dispatcher sees it: counts stored rows by endpoint and logs prompts out of retries."""
+    """The store as the dispatcher sees it: counts stored rows by endpoint and logs prompts out of retries.
+    `on_add` is called after every row or turn handed on (the runner's early sync: see `Runner._syncer`)."""
 
-    def __init__(self, sink: Sink, metrics: Metrics):
+    def __init__(self, sink: Sink, metrics: Metrics, on_add: Callable[[], None] | None = None):
         self.sink = sink
         self.metrics = metrics
+        self.on_add = on_add or (lambda: None)
 
     def add_accepted(self, row: dict[str, Any]) -> None:
         self.sink.add_accepted(row)
         self.metrics.record_stored(row)
+        self.on_add()
 
     def add_turn(self, prompt_id: str, k: int, turn: Turn) -> None:
         self.sink.add_turn(prompt_id, k, turn)
+        self.on_add()
 
     def add_rejected(self, row: dict[str, Any]) -> None:
         self.sink.add_rejected(row)
+        self.on_add()
         if row.get("reason") == "exhausted_retries":
             log.warning(
                 "%s: rejected, retries exhausted (%s)",

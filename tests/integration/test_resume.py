@@ -206,3 +206,34 @@ def test_a_torn_journal_line_after_sigkill_is_ignored(tmp_path: Path, sim: Sim) 
     regenerated = {rid.split("-")[1] for rid in healthy.stats()["generations_by_rid"]}
     assert regenerated.isdisjoint(saved)  # the journaled rows were recovered, not generated again
     assert list(journal_dir.iterdir()) == []
+
+
+def test_a_row_group_of_waiting_rows_is_journaled_before_the_sync_interval(tmp_path: Path, sim: Sim) -> None:
+    """With a sync interval longer than the run, rows still reach the journal as soon as a row group's worth
+    waits (memory follows the row group, not the rate), and a SIGKILL then keeps them."""
+    slow = sim(*SIM_FLAGS, "--decode-rate", "6000", "--max-running-requests", "16")
+    ids = write_prompts(tmp_path / "prompts.jsonl", n=80)
+    cfg = write_config(tmp_path, slow.url)
+    cfg.write_text(cfg.read_text().replace("sync_interval_s = 0.2", "sync_interval_s = 600\nrow_group_rows = 4"))
+    journal_dir = tmp_path / "run" / "journal"
+
+    def journaled() -> list[str]:
+        lines = [line for j in journal_dir.glob("*.jsonl") for line in j.read_bytes().splitlines()]
+        return [orjson.loads(line)["row"]["id"] for line in lines]
+
+    proc = _start(cfg)
+    try:
+        _wait(lambda: journal_dir.is_dir() and len(journaled()) >= 8)
+        assert slow.stats()["responses"] < 80  # journaled while the run was under way, not by its final close
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    saved = journaled()
+    assert len(saved) >= 8
+
+    healthy = sim(*SIM_FLAGS)
+    result = _run(cfg, "--endpoint", healthy.url)
+    assert result.returncode == 0, result.stderr
+    assert_exactly_once(tmp_path / "run", ids)
+    regenerated = {rid.split("-")[1] for rid in healthy.stats()["generations_by_rid"]}
+    assert regenerated.isdisjoint(saved)
