@@ -148,7 +148,42 @@ def _extend(text: str, loop: Loop) -> Loop:
 
 def find_loop(text: str | None) -> Loop | None:
     """The first loop in a whole text, checked at the same checkpoints a stream guard would use, then followed to
-    its end; None when the text never loops."""
+    its end; None when the text never loops.
+
+    Each checkpoint is first screened on the whole text, without cutting out the checked tail text[low:at]; it is
+    skipped when tail_loop would certainly return None there:
+    - the tail is shorter than KEY + MIN_REPEAT characters (tail_loop's own first test); or
+    - its last KEY characters do not occur in the MAX_PERIOD before them: tail_loop's first `rfind`, with its
+      floor and end moved by `low`, finds no candidate and returns None; or
+    - its last MIN_REPEAT characters do not occur in the MAX_PERIOD before them. tail_loop reports only a
+      candidate period p <= MAX_PERIOD whose periodic tail (measured exactly by `periodic_tail`, inside
+      text[low:at]) is L >= p + max(p, repeat_needed(unit)) >= p + MIN_REPEAT characters; then every character
+      of text[at - MIN_REPEAT : at] equals the one p before it, so that string occurs at at - MIN_REPEAT - p,
+      which is >= at - L >= low, >= at - MIN_REPEAT - MAX_PERIOD, and ends at at - p <= at - 1: inside the range
+      searched. No occurrence, no loop at this checkpoint.
+    Otherwise tail_loop runs on the cut-out tail as before, so the verdict is always `_find_loop_exact`'s
+    (tests/test_loops.py compares the two on every real trace and on synthetic edge cases). What is saved is the
+    copy of up to KEEP characters per checkpoint (for a text with any non-Latin-1 character a wide copy plus a
+    scan for its widest character, which cost more than the `rfind`) and the candidates tail_loop would measure
+    where natural text happens to repeat KEY characters.
+    """
+    if not text:
+        return None
+    n = len(text)
+    for at in (*range(STRIDE, n, STRIDE), n):
+        low = max(0, at - KEEP)
+        if at - low < KEY + MIN_REPEAT or text.rfind(text[at - KEY : at], max(low, at - KEY - MAX_PERIOD), at - 1) < 0:
+            continue  # tail_loop's first step finds no candidate
+        if text.rfind(text[at - MIN_REPEAT : at], max(low, at - MIN_REPEAT - MAX_PERIOD), at - 1) < 0:
+            continue  # no period would repeat MIN_REPEAT characters
+        found = tail_loop(text[low:at], low)
+        if found is not None:
+            return _extend(text, found)
+    return None
+
+
+def _find_loop_exact(text: str | None) -> Loop | None:
+    """find_loop as it was: tail_loop on the cut-out tail at every checkpoint (kept to check find_loop against)."""
     if not text:
         return None
     n = len(text)

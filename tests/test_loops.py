@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from pipeline.loops import KEEP, STRIDE, LoopGuard, find_loop
+from pipeline.loops import (
+    KEEP,
+    MAX_PERIOD,
+    MIN_REPEAT,
+    MIN_REPEAT_FILLER,
+    STRIDE,
+    LoopGuard,
+    _find_loop_exact,
+    find_loop,
+)
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 needs_traces = pytest.mark.skipif(not (TRACES / "normal.jsonl").exists(), reason=f"no real traces at {TRACES}")
@@ -157,3 +166,59 @@ def test_the_guard_holds_a_bounded_tail() -> None:
     assert len(guard._tail) <= KEEP and guard.chars > 10 * KEEP
     assert guard.feed("x" * 5000) is not None  # then it loops (a unit of one character: 2,000 repeated)
     assert guard.loop is not None and guard.loop.start > guard.chars - 5001 - 40
+
+
+@needs_traces
+def test_the_screened_find_loop_decides_as_the_exact_one_on_every_real_trace() -> None:
+    for name in ("normal.jsonl", "looping.jsonl"):
+        for i, row in enumerate(_rows(name)):
+            for field in ("reasoning", "answer"):
+                assert find_loop(row[field]) == _find_loop_exact(row[field]), (name, i, field)
+
+
+def _words(rng: random.Random, n: int) -> str:
+    """n characters of varied, non-repeating text (non-Latin-1 now and then, as real traces have)."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:()=+-*/\n\u2212\u2264\u03c0"
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _synthetic() -> list[str]:
+    rng = random.Random(11)
+    texts = [
+        "",
+        "x",
+        "a" * (MIN_REPEAT_FILLER + 1),
+        "a" * MIN_REPEAT_FILLER,
+        "ab" * 1500,
+        "0, " * 1000,
+        _words(rng, 3 * KEEP),  # no loop at all, many checkpoints
+    ]
+    for period in (1, 2, 7, 31, 32, 33, 64, 599, 600, 601, 1023, 1024, 1025, 2048, MAX_PERIOD - 1, MAX_PERIOD):
+        unit = _words(rng, period)
+        repeat = max(period, MIN_REPEAT if len(set(unit)) >= 10 else MIN_REPEAT_FILLER)
+        for extra in (-1, 0, 1, 37):  # just short of, exactly at, and just over the minimum repetition
+            run = (unit * (2 + (repeat + extra) // period))[: period + repeat + extra]
+            for prefix in (0, 1, STRIDE - len(run) % STRIDE, 2500, KEEP):
+                head = _words(rng, prefix)
+                texts.append(head + run)  # a loop at the very end
+                texts.append(head + run + _words(rng, 300))  # a loop the text escapes
+                texts.append(head + run + _words(rng, 2 * STRIDE + 5))  # escaped, then checkpoints after it
+    for period in (MAX_PERIOD + 1, MAX_PERIOD + 100):  # units too long to be looked for
+        unit = _words(rng, period)
+        texts.append(_words(rng, 100) + unit * 2 + unit[:700])
+    for _ in range(200):  # random mixes: text, a run of random period and length, text
+        period = rng.choice([rng.randint(1, 40), rng.randint(1, MAX_PERIOD + 50)])
+        unit = _words(rng, period)
+        run = (unit * (2 + 3000 // period))[: rng.randint(period, period + 3000)]
+        texts.append(_words(rng, rng.randint(0, 6000)) + run + _words(rng, rng.randint(0, 3000)))
+    return texts
+
+
+def test_the_screened_find_loop_decides_as_the_exact_one_on_edge_cases() -> None:
+    texts = _synthetic()
+    found = 0
+    for i, text in enumerate(texts):
+        exact = _find_loop_exact(text)
+        assert find_loop(text) == exact, (i, len(text))
+        found += exact is not None
+    assert 0.2 * len(texts) < found < 0.8 * len(texts)  # both verdicts are well represented
