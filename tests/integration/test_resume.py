@@ -41,6 +41,12 @@ def _wait(condition: Callable[[], bool], timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+def _journaled(journal_dir: Path) -> list[str]:
+    """The ids of the rows in the journal files of `journal_dir`."""
+    lines = [line for j in journal_dir.glob("*.jsonl") for line in j.read_bytes().splitlines()]
+    return [orjson.loads(line)["row"]["id"] for line in lines]
+
+
 def _manifest(run_dir: Path) -> dict:
     return dict(orjson.loads((run_dir / "run.json").read_bytes()))
 
@@ -185,8 +191,7 @@ def test_a_torn_journal_line_after_sigkill_is_ignored(tmp_path: Path, sim: Sim) 
     journal_dir = tmp_path / "run" / "journal"
 
     def journaled() -> list[str]:
-        lines = [line for j in journal_dir.glob("*.jsonl") for line in j.read_bytes().splitlines()]
-        return [orjson.loads(line)["row"]["id"] for line in lines]
+        return _journaled(journal_dir)
 
     proc = _start(cfg)
     try:
@@ -218,8 +223,7 @@ def test_a_row_group_of_waiting_rows_is_journaled_before_the_sync_interval(tmp_p
     journal_dir = tmp_path / "run" / "journal"
 
     def journaled() -> list[str]:
-        lines = [line for j in journal_dir.glob("*.jsonl") for line in j.read_bytes().splitlines()]
-        return [orjson.loads(line)["row"]["id"] for line in lines]
+        return _journaled(journal_dir)
 
     proc = _start(cfg)
     try:
