@@ -161,8 +161,8 @@ def find_loop(text: str | None) -> Loop | None:
       of text[at - MIN_REPEAT : at] equals the one p before it, so that string occurs at at - MIN_REPEAT - p,
       which is >= at - L >= low, >= at - MIN_REPEAT - MAX_PERIOD, and ends at at - p <= at - 1: inside the range
       searched. No occurrence, no loop at this checkpoint.
-    Otherwise tail_loop runs on the cut-out tail as before, so the verdict is always `_find_loop_exact`'s
-    (tests/test_loops.py compares the two on every real trace and on synthetic edge cases). What is saved is the
+    Otherwise tail_loop runs on the cut-out tail as before, so the verdict is always that of tail_loop at every
+    checkpoint (tests/test_loops.py checks it on every real trace and on synthetic edge cases). What is saved is the
     copy of up to KEEP characters per checkpoint (for a text with any non-Latin-1 character a wide copy plus a
     scan for its widest character, which cost more than the `rfind`) and the candidates tail_loop would measure
     where natural text happens to repeat KEY characters.
@@ -176,19 +176,6 @@ def find_loop(text: str | None) -> Loop | None:
             continue  # tail_loop's first step finds no candidate
         if text.rfind(text[at - MIN_REPEAT : at], max(low, at - MIN_REPEAT - MAX_PERIOD), at - 1) < 0:
             continue  # no period would repeat MIN_REPEAT characters
-        found = tail_loop(text[low:at], low)
-        if found is not None:
-            return _extend(text, found)
-    return None
-
-
-def _find_loop_exact(text: str | None) -> Loop | None:
-    """find_loop as it was: tail_loop on the cut-out tail at every checkpoint (kept to check find_loop against)."""
-    if not text:
-        return None
-    n = len(text)
-    for at in (*range(STRIDE, n, STRIDE), n):
-        low = max(0, at - KEEP)
         found = tail_loop(text[low:at], low)
         if found is not None:
             return _extend(text, found)

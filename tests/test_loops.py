@@ -18,10 +18,26 @@ from pipeline.loops import (
     MIN_REPEAT,
     MIN_REPEAT_FILLER,
     STRIDE,
+    Loop,
     LoopGuard,
-    _find_loop_exact,
+    _extend,
     find_loop,
+    tail_loop,
 )
+
+
+def _find_loop_exact(text: str | None) -> Loop | None:
+    """find_loop without its screen: tail_loop on the cut-out tail at every checkpoint (what find_loop must equal)."""
+    if not text:
+        return None
+    n = len(text)
+    for at in (*range(STRIDE, n, STRIDE), n):
+        low = max(0, at - KEEP)
+        found = tail_loop(text[low:at], low)
+        if found is not None:
+            return _extend(text, found)
+    return None
+
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 needs_traces = pytest.mark.skipif(not (TRACES / "normal.jsonl").exists(), reason=f"no real traces at {TRACES}")
