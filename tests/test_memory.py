@@ -1,12 +1,13 @@
 """engine/memory.py: the process settings of a run, and what they leave behind in an interpreter that goes on."""
 
+import gc
 import importlib
 import subprocess
 import sys
 
 import pytest
 
-from pipeline.engine.memory import tuned_for_run
+from pipeline.engine.memory import GC_THRESHOLD0, tuned_for_run
 
 
 def test_pandas_is_blocked_during_a_run_and_importable_after_it(monkeypatch):
@@ -18,6 +19,17 @@ def test_pandas_is_blocked_during_a_run_and_importable_after_it(monkeypatch):
         with pytest.raises(ModuleNotFoundError, match="not used by `regen run`"):
             importlib.import_module("pandas")
     assert sys.meta_path == hooks  # `regen run` called in-process (tests, a notebook) leaves `datasets` working
+
+
+def test_the_collector_runs_less_often_during_a_run_and_as_before_after_it() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # CPython's default before 3.13
+    try:
+        with tuned_for_run():
+            assert gc.get_threshold() == (GC_THRESHOLD0, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
 
 
 FRAGMENTED = """
