@@ -68,6 +68,8 @@ def _calls(completion: Completion) -> str:
 def _think_marker(answer: str, reasoning: str) -> str:
     """Where a think tag survived the reasoning split (a parser failure or a second thinking block), or ""."""
     for name, text in (("answer", answer), ("reasoning", reasoning)):
+        if "think>" not in text:  # one scan of the text for both tags (each ends so); most texts have neither
+            continue
         for tag in THINK_MARKERS:
             if tag in text:
                 return f"{tag} left in the {name} after the reasoning split"

@@ -1,6 +1,9 @@
+import os
+import random
 from pathlib import Path
 
-from pipeline.store.journal import JournalWriter, encode, list_journals, read_journal
+from pipeline.store import journal
+from pipeline.store.journal import JournalWriter, encode, list_journals, read_journal, write_all
 
 
 def _write(path: Path, n: int) -> None:
@@ -62,3 +65,31 @@ def test_a_single_turn_row_journals_its_text_once_and_reads_back_whole(tmp_path)
     path = tmp_path / "worker-0.0.jsonl"
     path.write_bytes(b"".join(lines))
     assert [e.row for e in read_journal(path)] == [row, conversation]
+
+
+def _chunks(n: int) -> list[bytes]:
+    rng = random.Random(n)
+    return [bytes([65 + i % 26]) * rng.choice([0, 1, 7, 300, 5000]) for i in range(n)]
+
+
+def test_every_chunk_is_written_in_order_past_one_writev(tmp_path):
+    chunks = _chunks(3 * journal._IOV_MAX + 5)  # several writev calls, empty chunks among them
+    with open(tmp_path / "out", "wb") as fh:
+        write_all(fh.fileno(), chunks)
+    assert (tmp_path / "out").read_bytes() == b"".join(chunks)
+
+
+def test_writes_cut_short_by_the_system_are_finished(tmp_path, monkeypatch):
+    # A disk or a signal may cut a write short anywhere: inside a chunk, at a boundary, after a few bytes.
+    real = os.writev
+    cuts = iter(random.Random(7).choice([1, 299, 300, 301, 4999, 10_000]) for _ in range(10_000))
+
+    def short_writev(fd: int, buffers: list[bytes]) -> int:
+        data = b"".join(buffers)[: next(cuts)]
+        return real(fd, [data])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    chunks = _chunks(400)
+    with open(tmp_path / "out", "wb") as fh:
+        write_all(fh.fileno(), chunks)
+    assert (tmp_path / "out").read_bytes() == b"".join(chunks)

@@ -66,7 +66,9 @@ def list_journals(directory: Path) -> list[JournalFile]:
 def encode(kind: str, row: dict[str, Any]) -> bytes:
     entry: dict[str, Any] = {"kind": kind, "row": row}
     if kind != TURN and own_turn_only(row):  # the one turn is the row itself: its text is written once
-        entry = {"kind": kind, "row": {k: v for k, v in row.items() if k != "turns"}, "own_turn": True}
+        rest = dict(row)  # a C-level copy, then one key out: ~10x a comprehension over the row's ~20 keys
+        del rest["turns"]
+        entry = {"kind": kind, "row": rest, "own_turn": True}
     line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
     # orjson's bytes keep the capacity of its growth buffer (about 1.5x the text here): an exact-size copy
     # keeps a second of buffered 7 KB completions from costing twice their size until the next sync.
@@ -117,6 +119,31 @@ def _decode(line: bytes, kinds: tuple[str, ...]) -> JournalEntry | None:
     return JournalEntry(obj["kind"], row)
 
 
+try:
+    _IOV_MAX = max(16, min(1024, os.sysconf("SC_IOV_MAX")))  # buffers one writev takes (Linux: 1024)
+except (ValueError, OSError, AttributeError):
+    _IOV_MAX = 16  # POSIX's minimum
+
+
+def write_all(fd: int, chunks: Sequence[bytes]) -> None:
+    """Write `chunks` in order, all of them, without first joining them into one more copy of a second's rows."""
+    start = 0
+    while start < len(chunks):
+        batch = chunks[start : start + _IOV_MAX]
+        written = os.writev(fd, batch)
+        for chunk in batch:  # past the chunks written whole
+            if written < len(chunk):
+                break
+            written -= len(chunk)
+            start += 1
+        else:
+            continue
+        rest = memoryview(chunks[start])[written:]  # a write cut short inside a chunk: the rest of that one
+        while rest:
+            rest = rest[os.write(fd, rest) :]
+        start += 1
+
+
 class JournalWriter:
     """Appends encoded lines to the current journal file; the file is created on the first write."""
 
@@ -138,10 +165,7 @@ class JournalWriter:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 fsync_dir(self.directory)
-            data = memoryview(b"".join(lines))
-            while data:
-                written = os.write(self._fd, data)
-                data = data[written:]
+            write_all(self._fd, lines)
             os.fsync(self._fd)
 
     def rotate(self, carry: Sequence[bytes] = ()) -> None:
