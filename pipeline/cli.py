@@ -170,13 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regen", description="Batch completion generation for thinking-mode LLM datasets.", epilog=EPILOG
     )
-    parser.add_argument("--version", action="version", version=f"regen {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help, add_args in _SUBCOMMANDS:
         add_args(sub.add_parser(name, help=help, epilog=EPILOG))
     # The simulator's flags are its own parser, built only for `regen sim` (it imports the whole simulator).
     sub.add_parser("sim", help="run the SGLang simulator (regen sim --help for its flags)", add_help=False)
     return parser
+
+
+class _Version(argparse.Action):
+    """--version, looked up only when asked: reading the installed metadata costs ~10 ms of every command's start."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"regen {_version()}\n")
+        parser.exit()
 
 
 def _version() -> str:

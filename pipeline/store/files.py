@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InputError
@@ -285,6 +284,8 @@ def drop_hashes(hashes: np.ndarray) -> Drop:
 
 def drop_ids(ids: Iterable[str]) -> Drop:
     """A `drop` predicate for `rewrite_without`: rows whose id is one of `ids`."""
+    import pyarrow.compute as pc  # here, not at the top: ~40 ms of every `regen run` start, which never needs it
+
     value_set = pa.array(list(ids), pa.string())
 
     def drop(table: pa.Table, start: int) -> np.ndarray:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .doneset import DoneSet, sorted_unique
@@ -48,9 +47,9 @@ def _read_hashes(path: Path, kind: str) -> tuple[np.ndarray, np.ndarray]:
         return id_hashes(read_ids(path)), _NONE
     table = pq.ParquetFile(path).read(columns=["id", "reason"])
     hashes = id_hashes(table.column("id").to_pylist())
-    retry = pc.fill_null(pc.is_in(table.column("reason"), value_set=pa.array(RETRYABLE_REASONS)), False)
-    retry = retry.to_numpy(zero_copy_only=False)
-    return hashes, hashes[retry.astype(bool)]
+    reasons = table.column("reason").to_pylist()
+    retry = np.fromiter((r in RETRYABLE_REASONS for r in reasons), dtype=bool, count=len(reasons))
+    return hashes, hashes[retry]
 
 
 _NONE = np.empty(0, dtype=np.uint64)
