@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from pipeline.endpoints.loop_guard import CHECK_BYTES, LoopStopped, StreamGuard
+from pipeline.endpoints.loop_guard import CHECK_BYTES, LoopStopped, StreamGuard, _events
 from pipeline.engine.metrics import Metrics
 from pipeline.engine.progress import Progress
 from pipeline.engine.prometheus import Exporter
@@ -84,3 +84,16 @@ def test_the_stream_guard_lets_ordinary_text_and_answers_through() -> None:
     guard = StreamGuard()
     _feed(guard, body + b"data: [DONE]\n\n")
     assert len(body) > 10 * CHECK_BYTES and guard.reasoning.chars > 30000 and guard.answer.chars > 4000
+
+
+def test_a_stream_read_in_one_piece_is_parsed_and_guarded_closing_frame_and_all() -> None:
+    # A fast server's whole stream often arrives in one read, `data: [DONE]` included.
+    unit = "Wait, I should double-check the parity argument once more before answering. "
+    body = b"".join(_event(reasoning_content=w + " ") for w in ("Let me start. " + unit * 200).split(" ") if w)
+    whole = body + b"data: [DONE]\n\n"
+    expected = [orjson.loads(frame[6:]) for frame in body.split(b"\n\n") if frame]
+    assert _events(whole[: whole.rfind(b"\n\n")]) == expected
+    assert _events(b"data: [DONE]") == []
+    with pytest.raises(LoopStopped) as stopped:
+        StreamGuard().take(whole)
+    assert stopped.value.loop.period == len(unit)

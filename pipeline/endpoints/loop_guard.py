@@ -1,14 +1,17 @@
 """The stream guard: a chat stream's reasoning and answer, judged by the loop detector (pipeline/loops.py) as the
 bytes arrive, so a generation that falls into a loop is stopped there instead of decoding to `max_tokens`.
 
-`take` is the transport's `on_chunk`: it keeps the bytes and, every `CHECK_BYTES` of them, parses the complete SSE
-events among them in one orjson call and feeds their text deltas to one `LoopGuard` per field. Once either loops
+`take` is the transport's `on_chunk`: it keeps the bytes and, every `CHECK_BYTES` of them, takes the text deltas of
+the complete SSE events among them (SGLang's text events by their deltas alone, as `sse.parse_stream` does; any
+other event parsed whole, in one orjson call) and feeds them to one `LoopGuard` per field. Once either loops
 it raises `LoopStopped`, which leaves the response (the transport closes the connection: its body was not read to
 the end); the client then aborts the request on the server by its rid and returns what had streamed as a
 completion with `loop_stopped` set, which the validator rejects as `looping` and the dispatcher resamples.
 
 Cost: each event is parsed twice (here, and once more in `sse.parse_stream` when the stream ends normally), plus
-the guard's own check every 1 KB of text (BENCHMARKS.md "Loops"). `client.loop_guard = false` turns it off.
+the guard's own check every 1 KB of text (BENCHMARKS.md "Loops"). A fast server's whole stream may arrive in one or
+two reads, closing `data: [DONE]` included: that frame is left out before the parse, so those reads take the same
+one-parse path. `client.loop_guard = false` turns the guard off.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Any
 import orjson
 
 from ..loops import Loop, LoopGuard
+from .sse import Deltas, take_text_events
 
 CHECK_BYTES = 8192  # SSE bytes between two parses (~1 KB of text at SGLang's ~150 bytes of framing per event)
+_LAST = b"\n\ndata: [DONE]"
 
 
 class LoopStopped(Exception):
@@ -32,7 +37,13 @@ class LoopStopped(Exception):
 
 def _events(events: bytes) -> list[Any] | None:
     """The JSON events of whole SSE frames: as SGLang frames them (`data: {...}` and a blank line each), by one
-    replace and one parse; any other framing line by line; None when one cannot be read."""
+    replace and one parse; any other framing line by line; None when one cannot be read. A stream's closing
+    `data: [DONE]` frame is left out first: a fast server's whole stream arrives in one or two reads, all of which
+    would otherwise go line by line."""
+    if events.endswith(_LAST):
+        events = events[: -len(_LAST)]
+    elif events == _LAST[2:]:
+        return []
     if events.startswith(b"data: {") and b"[DONE]" not in events:
         try:
             return list(orjson.loads(b"[" + events[6:].replace(b"\n\ndata: ", b",") + b"]"))
@@ -70,17 +81,33 @@ class StreamGuard:
         end = self._buffer.rfind(b"\n\n")
         if end < 0:
             return
-        events = bytes(self._buffer[:end])
+        frames = bytes(self._buffer[: end + 2])
         del self._buffer[: end + 2]
-        parsed = _events(events)
+        # SGLang's text events, by their deltas alone (sse.take_text_events); whatever else, parsed whole
+        taken = Deltas()
+        rest = take_text_events(frames, taken)
+        parsed = _events(rest[:-2]) if rest else []
         if parsed is None:
             self._off = True
             return
+        if taken.model:
+            self.model = taken.model
+        self._take_text(taken.reasoning, taken.content)
         for event in parsed:
             self._take_event(event)
         loop = self.reasoning.loop or self.answer.loop
         if loop is not None:
             raise LoopStopped(loop)
+
+    def _take_text(self, thoughts: list[Any], texts: list[Any]) -> None:
+        for thought in thoughts:
+            if type(thought) is str:
+                self.reasoning_parts.append(thought)
+                self.reasoning.feed(thought)
+        for text in texts:
+            if type(text) is str:
+                self.answer_parts.append(text)
+                self.answer.feed(text)
 
     def _take_event(self, event: Any) -> None:
         if not isinstance(event, dict):

@@ -2,12 +2,12 @@
 reason, usage and model.
 
 The body is read whole. regen stores finished rows, so streaming is there for one thing, noticing a stalled server
-(a stream's bytes stop), and the transport does that while it reads the bytes (`transport.Timeouts.stall`); nothing here
-runs per read. A thinking completion streams one event per decode step, ~240 for 1,800 tokens, and parsing each
-in full was most of what streaming cost (BENCHMARKS.md). So, in three steps, each falling through to the next for
-what it cannot vouch for:
-1. The run of text events that repeat the first event's bytes but for the delta (`_take_text_events`): one split
-   on the bytes between two deltas, one orjson parse of the deltas alone.
+(a stream's bytes stop), and the transport does that while it reads the bytes (`transport.Timeouts.stall`); only the
+loop guard (endpoints/loop_guard.py) looks at the text as it comes, by `take_text_events` every 8 KB. A thinking
+completion streams one event per decode step, ~240 for 1,800 tokens, and parsing each in full was most of what
+streaming cost (BENCHMARKS.md). So, in three steps, each falling through to the next for what it cannot vouch for:
+1. The leading run of text events that repeat the first event's bytes but for the delta (`take_text_events`):
+   one split into frames, one orjson parse of the deltas alone.
 2. The rest framed as SGLang frames it (`data: {...}` and a blank line each, then `data: [DONE]`): one JSON array
    by one `bytes.replace`, one orjson parse (`_framed`).
 3. Any other framing (CRLF, comments, `data:` without its space): line by line.
@@ -41,7 +41,7 @@ def parse_stream(body: bytes) -> dict[str, Any]:
     """The completion a chat stream's body adds up to: {content, reasoning, finish_reason, usage, model}.
     What follows `[DONE]` is ignored."""
     deltas = Deltas()
-    body = _take_text_events(body, deltas)
+    body = take_text_events(body, deltas)
     events, done = _framed(body), True
     if events is None:
         events, done = _line_by_line(body)
@@ -51,15 +51,16 @@ def parse_stream(body: bytes) -> dict[str, Any]:
     return deltas.result()
 
 
-def _take_text_events(body: bytes, deltas: Deltas) -> bytes:
-    """Take the run of events that are the first event but for their delta, by one split and one parse of the
-    deltas alone; return what is left of the body (from the first other event) for a full parse.
+def take_text_events(body: bytes, deltas: Deltas) -> bytes:
+    """Take the leading run of events that are the first event but for their delta, by one split into frames and
+    one parse of the deltas alone; return what is left of the body (from the first other event) for a full parse.
 
-    Each event SGLang streams is the same bytes, `data: {"id":..,"choices":[{"index":0,"delta":` (the prefix),
-    then the delta, then `,"logprobs":null,"finish_reason":null,..}]}` and a blank line (the suffix), until the
-    finish event. The first event, parsed in full, gives both. Splitting the body on suffix + prefix leaves the
-    deltas in between as they are: each must parse as one JSON object, so every event taken this way is valid
-    JSON of the first event's shape. A body of another shape is returned whole."""
+    Each event SGLang streams is the same bytes, `data: {"id":..,"choices":[{"index":0,"delta":` (the head), then
+    the delta, then `,"logprobs":null,"finish_reason":null,..}]}` (the tail) and a blank line, until the finish
+    event. The first event, parsed in full, gives both. The body is split into frames on the blank line and `data: `
+    that start each (a raw newline cannot occur inside an event's JSON); a frame of the run must start with the head
+    and end with the tail, and what is between must parse as one JSON object, so every event taken this way is
+    valid JSON of the first event's shape. A body of another shape is returned whole."""
     cut = body.find(b"\n\n")
     if not body.startswith(_EVENT) or cut < 0:
         return body
@@ -73,15 +74,23 @@ def _take_text_events(body: bytes, deltas: Deltas) -> bytes:
     at = first.find(delta)
     if at < 0 or first.find(delta, at + 1) >= 0 or type(choice["delta"]) is not dict:
         return body
-    prefix, suffix = first[: at + 8], first[at + len(delta) :] + b"\n\n"
-    parts = body.split(suffix + prefix)
-    if len(parts) < 3:
+    head, tail = first[len(_EVENT) : at + 8], first[at + len(delta) :]
+    if not tail:  # (the delta sits inside `choices`: never the event's last bytes)
         return body
+    frames = body[len(_EVENT) :].split(_NEXT)
+    run = 0
+    for frame in frames:
+        if not (frame.startswith(head) and frame.endswith(tail)):
+            break
+        run += 1
+    if run < 2:
+        return body
+    start, stop = len(head), -len(tail)
     try:
-        taken = orjson.loads(b"[" + parts[0][len(prefix) :] + b"," + b",".join(parts[1:-1]) + b"]")
+        taken = orjson.loads(b"[" + b",".join([frame[start:stop] for frame in frames[:run]]) + b"]")
     except orjson.JSONDecodeError:
         return body
-    if len(taken) != len(parts) - 1 or not all(type(d) is dict for d in taken):
+    if len(taken) != run or not all(type(d) is dict for d in taken):
         return body
     deltas.content += [t for d in taken if (t := d.get("content"))]
     deltas.reasoning += [t for d in taken if (t := d.get("reasoning_content"))]
@@ -89,7 +98,7 @@ def _take_text_events(body: bytes, deltas: Deltas) -> bytes:
         deltas.add_call(piece)
     if not deltas.model and isinstance(event.get("model"), str):
         deltas.model = event["model"]
-    return prefix + parts[-1]
+    return _EVENT + _NEXT.join(frames[run:]) if run < len(frames) else b""
 
 
 def _framed(body: bytes) -> list[Any] | None:
