@@ -97,13 +97,20 @@ def periodic_tail(text: str, period: int, limit: int) -> int:
     return n - edge
 
 
+def reach(n: int) -> int:
+    """The longest period a loop in the last `n` characters of a text can have: a reported loop's periodic tail is
+    at least two copies of its unit and MIN_REPEAT characters past the first copy, so p <= n / 2 and
+    p <= n - MIN_REPEAT; and MAX_PERIOD at most."""
+    return max(0, min(MAX_PERIOD, n // 2, n - MIN_REPEAT))
+
+
 def tail_loop(text: str, offset: int = 0) -> Loop | None:
     """The loop `text` ends in, or None. `offset` is where `text` starts in the whole (a guard's kept tail)."""
     n = len(text)
     if n < KEY + MIN_REPEAT:
         return None
     key = text[n - KEY :]
-    floor = max(0, n - KEY - MAX_PERIOD)
+    floor = n - KEY - reach(n)  # farther occurrences give periods no loop of this text can have
     end = n - 1
     tried: list[tuple[int, int]] = []  # (period, periodic tail) of the candidates so far, nearest (shortest) first
     for _ in range(CANDIDATES):
@@ -153,14 +160,14 @@ def find_loop(text: str | None) -> Loop | None:
     Each checkpoint is first screened on the whole text, without cutting out the checked tail text[low:at]; it is
     skipped when tail_loop would certainly return None there:
     - the tail is shorter than KEY + MIN_REPEAT characters (tail_loop's own first test); or
-    - its last KEY characters do not occur in the MAX_PERIOD before them: tail_loop's first `rfind`, with its
-      floor and end moved by `low`, finds no candidate and returns None; or
-    - its last MIN_REPEAT characters do not occur in the MAX_PERIOD before them. tail_loop reports only a
-      candidate period p <= MAX_PERIOD whose periodic tail (measured exactly by `periodic_tail`, inside
+    - its last KEY characters do not occur in the `reach(at - low)` characters before them: tail_loop's first
+      `rfind`, with its floor and end moved by `low`, finds no candidate and returns None; or
+    - its last MIN_REPEAT characters do not occur in the `reach(at - low)` before them. tail_loop reports only a
+      candidate period p <= reach(at - low) whose periodic tail (measured exactly by `periodic_tail`, inside
       text[low:at]) is L >= p + max(p, repeat_needed(unit)) >= p + MIN_REPEAT characters; then every character
       of text[at - MIN_REPEAT : at] equals the one p before it, so that string occurs at at - MIN_REPEAT - p,
-      which is >= at - L >= low, >= at - MIN_REPEAT - MAX_PERIOD, and ends at at - p <= at - 1: inside the range
-      searched. No occurrence, no loop at this checkpoint.
+      which is >= at - L >= low, >= at - MIN_REPEAT - reach(at - low), and ends at at - p <= at - 1: inside the
+      range searched. No occurrence, no loop at this checkpoint.
     Otherwise tail_loop runs on the cut-out tail as before, so the verdict is always that of tail_loop at every
     checkpoint (tests/test_loops.py checks it on every real trace and on synthetic edge cases). What is saved is the
     copy of up to KEEP characters per checkpoint (for a text with any non-Latin-1 character a wide copy plus a
@@ -172,9 +179,13 @@ def find_loop(text: str | None) -> Loop | None:
     n = len(text)
     for at in (*range(STRIDE, n, STRIDE), n):
         low = max(0, at - KEEP)
-        if at - low < KEY + MIN_REPEAT or text.rfind(text[at - KEY : at], max(low, at - KEY - MAX_PERIOD), at - 1) < 0:
+        span = at - low
+        if span < KEY + MIN_REPEAT:
+            continue  # tail_loop's first test
+        longest = MAX_PERIOD if span >= 2 * MAX_PERIOD else min(span // 2, span - MIN_REPEAT)  # reach(span), inline
+        if text.rfind(text[at - KEY : at], at - KEY - longest, at - 1) < 0:
             continue  # tail_loop's first step finds no candidate
-        if text.rfind(text[at - MIN_REPEAT : at], max(low, at - MIN_REPEAT - MAX_PERIOD), at - 1) < 0:
+        if text.rfind(text[at - MIN_REPEAT : at], at - MIN_REPEAT - longest, at - 1) < 0:
             continue  # no period would repeat MIN_REPEAT characters
         found = tail_loop(text[low:at], low)
         if found is not None:

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from pipeline.loops import (
+    CANDIDATES,
+    EXCERPT,
     KEEP,
+    KEY,
     MAX_PERIOD,
     MIN_REPEAT,
     MIN_REPEAT_FILLER,
@@ -22,18 +25,49 @@ from pipeline.loops import (
     LoopGuard,
     _extend,
     find_loop,
+    periodic_tail,
+    repeat_needed,
     tail_loop,
 )
 
 
+def _tail_loop_unbounded(text: str, offset: int = 0) -> Loop | None:
+    """tail_loop as it was first written: candidate periods up to MAX_PERIOD whatever the text's length (tail_loop
+    looks only as far as `reach(len(text))`, the longest period a loop of that text can have)."""
+    n = len(text)
+    if n < KEY + MIN_REPEAT:
+        return None
+    key = text[n - KEY :]
+    floor = max(0, n - KEY - MAX_PERIOD)
+    end = n - 1
+    tried: list[tuple[int, int]] = []
+    for _ in range(CANDIDATES):
+        pos = text.rfind(key, floor, end)
+        if pos < 0:
+            return None
+        end = pos + KEY - 1
+        period = n - KEY - pos
+        length = periodic_tail(text, period, n)
+        tried.append((period, length))
+        if length - period < MIN_REPEAT:
+            continue
+        unit_len = min(q for q, tail in tried if tail >= length - period)
+        start = n - length
+        unit = text[start : start + unit_len]
+        if length - period >= max(period, repeat_needed(unit)):
+            return Loop(offset + start, unit_len, length, offset + n, unit[:EXCERPT])
+    return None
+
+
 def _find_loop_exact(text: str | None) -> Loop | None:
-    """find_loop without its screen: tail_loop on the cut-out tail at every checkpoint (what find_loop must equal)."""
+    """find_loop without its screens or bounds: the unbounded tail_loop on the cut-out tail at every checkpoint
+    (what find_loop must equal)."""
     if not text:
         return None
     n = len(text)
     for at in (*range(STRIDE, n, STRIDE), n):
         low = max(0, at - KEEP)
-        found = tail_loop(text[low:at], low)
+        found = _tail_loop_unbounded(text[low:at], low)
         if found is not None:
             return _extend(text, found)
     return None
@@ -238,3 +272,10 @@ def test_the_screened_find_loop_decides_as_the_exact_one_on_edge_cases() -> None
         assert find_loop(text) == exact, (i, len(text))
         found += exact is not None
     assert 0.2 * len(texts) < found < 0.8 * len(texts)  # both verdicts are well represented
+
+
+def test_the_bounded_tail_loop_decides_as_the_unbounded_one_on_every_tail() -> None:
+    # the stream guard calls tail_loop on its kept tail: every length from the shortest checked up, every kind of run
+    for i, text in enumerate(_synthetic()[::7]):
+        for n in sorted({*range(KEY + MIN_REPEAT, len(text) + 1, 97), len(text)}):
+            assert tail_loop(text[:n], 5) == _tail_loop_unbounded(text[:n], 5), (i, n)
