@@ -106,11 +106,16 @@ def reach(n: int) -> int:
 
 def tail_loop(text: str, offset: int = 0) -> Loop | None:
     """The loop `text` ends in, or None. `offset` is where `text` starts in the whole (a guard's kept tail)."""
+    return _tail_loop(text, offset, reach(len(text)))  # farther back, periods no loop of this text can have
+
+
+def _tail_loop(text: str, offset: int, longest: int) -> Loop | None:
+    """tail_loop, with candidate periods up to `longest` (any larger is never reported: see `reach`)."""
     n = len(text)
     if n < KEY + MIN_REPEAT:
         return None
     key = text[n - KEY :]
-    floor = n - KEY - reach(n)  # farther occurrences give periods no loop of this text can have
+    floor = max(0, n - KEY - longest)
     end = n - 1
     tried: list[tuple[int, int]] = []  # (period, periodic tail) of the candidates so far, nearest (shortest) first
     for _ in range(CANDIDATES):

@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 
 from pipeline.loops import (
-    CANDIDATES,
-    EXCERPT,
     KEEP,
     KEY,
     MAX_PERIOD,
@@ -24,9 +22,8 @@ from pipeline.loops import (
     Loop,
     LoopGuard,
     _extend,
+    _tail_loop,
     find_loop,
-    periodic_tail,
-    repeat_needed,
     tail_loop,
 )
 
@@ -34,29 +31,7 @@ from pipeline.loops import (
 def _tail_loop_unbounded(text: str, offset: int = 0) -> Loop | None:
     """tail_loop as it was first written: candidate periods up to MAX_PERIOD whatever the text's length (tail_loop
     looks only as far as `reach(len(text))`, the longest period a loop of that text can have)."""
-    n = len(text)
-    if n < KEY + MIN_REPEAT:
-        return None
-    key = text[n - KEY :]
-    floor = max(0, n - KEY - MAX_PERIOD)
-    end = n - 1
-    tried: list[tuple[int, int]] = []
-    for _ in range(CANDIDATES):
-        pos = text.rfind(key, floor, end)
-        if pos < 0:
-            return None
-        end = pos + KEY - 1
-        period = n - KEY - pos
-        length = periodic_tail(text, period, n)
-        tried.append((period, length))
-        if length - period < MIN_REPEAT:
-            continue
-        unit_len = min(q for q, tail in tried if tail >= length - period)
-        start = n - length
-        unit = text[start : start + unit_len]
-        if length - period >= max(period, repeat_needed(unit)):
-            return Loop(offset + start, unit_len, length, offset + n, unit[:EXCERPT])
-    return None
+    return _tail_loop(text, offset, MAX_PERIOD)
 
 
 def _find_loop_exact(text: str | None) -> Loop | None:
