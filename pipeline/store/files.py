@@ -284,7 +284,7 @@ def drop_hashes(hashes: np.ndarray) -> Drop:
 
 def drop_ids(ids: Iterable[str]) -> Drop:
     """A `drop` predicate for `rewrite_without`: rows whose id is one of `ids`."""
-    import pyarrow.compute as pc  # here, not at the top: ~40 ms of every `regen run` start, which never needs it
+    import pyarrow.compute as pc  # here, not at the top: 20-40 ms of every `regen run` start, which never needs it
 
     value_set = pa.array(list(ids), pa.string())
 
