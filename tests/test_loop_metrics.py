@@ -97,3 +97,14 @@ def test_a_stream_read_in_one_piece_is_parsed_and_guarded_closing_frame_and_all(
     with pytest.raises(LoopStopped) as stopped:
         StreamGuard().take(whole)
     assert stopped.value.loop.period == len(unit)
+
+
+def test_the_stream_guard_reads_frames_a_gateway_ends_with_crlf() -> None:
+    unit = "Wait, I should double-check the parity argument once more before answering. "
+    words = [w + " " for w in ("Let me set up the problem first. " + unit * 200).split(" ") if w]
+    body = b"".join(_event(reasoning_content=w).replace(b"\n", b"\r\n") for w in words)
+    guard = StreamGuard()
+    with pytest.raises(LoopStopped) as stopped:
+        _feed(guard, body)
+    assert stopped.value.loop.period == len(unit)
+    assert guard.partial()["reasoning"].startswith("Let me set up")

@@ -56,6 +56,13 @@ def _events(events: bytes) -> list[Any] | None:
         return None
 
 
+def _frames_end(buffer: bytearray) -> int:
+    """Where the whole SSE frames in `buffer` end (after the blank line closing the last one), or -1. SGLang ends a
+    frame with LF LF; a gateway may reframe with CR LF CR LF, which the SSE format allows as well."""
+    lf, crlf = buffer.rfind(b"\n\n"), buffer.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else -1, crlf + 4 if crlf >= 0 else -1)
+
+
 class StreamGuard:
     """One streamed chat completion's text, guarded as it arrives."""
 
@@ -78,15 +85,15 @@ class StreamGuard:
             self._scan()
 
     def _scan(self) -> None:
-        end = self._buffer.rfind(b"\n\n")
+        end = _frames_end(self._buffer)
         if end < 0:
             return
-        frames = bytes(self._buffer[: end + 2])
-        del self._buffer[: end + 2]
+        frames = bytes(self._buffer[:end])
+        del self._buffer[:end]
         # SGLang's text events, by their deltas alone (sse.take_text_events); whatever else, parsed whole
         taken = Deltas()
         rest = take_text_events(frames, taken)
-        parsed = _events(rest[:-2]) if rest else []
+        parsed = _events(rest.rstrip(b"\r\n")) if rest else []
         if parsed is None:
             self._off = True
             return
