@@ -105,3 +105,19 @@ def test_a_truncated_turn_without_a_token_count_does_not_say_none() -> None:
                        ValidateConfig())  # fmt: skip
     assert verdict.reason == "truncated" and "None" not in verdict.detail
     assert verdict.detail.startswith("finish_reason=length inside reasoning")
+
+
+@pytest.mark.parametrize("tag", ["<think>", "</think>"])
+@pytest.mark.parametrize("where", ["answer", "reasoning"])
+@pytest.mark.parametrize("text", ["plain prose", "x > 0 and y >= 1 -> think> ok", "caf\u00e9 \u2264 na\u00efve"])
+def test_a_think_tag_left_in_either_field_is_named(tag: str, where: str, text: str) -> None:
+    # with and without other ">" in the text, ASCII or not: the check looks for ">" first
+    fields = {"reasoning": f"{text} reasoning", "answer": f"{text} answer"}
+    fields[where] = f"{text} {tag} more {text}"
+    verdict = validate(comp(fields["reasoning"], fields["answer"]), CFG, thinking=True)
+    assert verdict.reason == "think_marker"
+    assert verdict.detail == f"{tag} left in the {where} after the reasoning split"
+
+
+def test_gt_signs_without_a_tag_are_no_marker() -> None:
+    assert validate(comp("if x > 2 then x -> y; think >= twice", "a > b"), CFG, thinking=True).ok
