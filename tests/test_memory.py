@@ -2,6 +2,7 @@
 
 import gc
 import importlib
+import os
 import subprocess
 import sys
 
@@ -54,3 +55,38 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
     out = subprocess.run([sys.executable, "-c", FRAGMENTED], capture_output=True, text=True, check=True)
     held, trimmed = map(float, out.stdout.split())
     assert held - trimmed > 50, (held, trimmed)  # ~115 -> ~20 MB here
+
+
+PARQUET_WRITE = """
+import os, sys
+from pipeline.engine.memory import tuned_for_run
+
+tuned = tuned_for_run() if sys.argv[2] == "run" else None
+if tuned is not None:
+    tuned.__enter__()
+import pyarrow as pa, pyarrow.parquet as pq
+
+table = pa.table({"text": ["x" * 7000] * 512})
+with pq.ParquetWriter(sys.argv[1], table.schema, compression="zstd") as writer:  # its page and zstd buffers
+    writer.write_table(table)
+print(pa.mimalloc_memory_pool().num_allocations(), os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "-"))
+"""
+
+
+def _parquet_write(tmp_path, how: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | (env or {})
+    argv = [sys.executable, "-c", PARQUET_WRITE, str(tmp_path / "t.parquet"), how]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=environ).stdout.split()
+    return int(out[0]), out[1]
+
+
+def test_a_run_writes_parquet_on_the_system_allocator_not_on_arrows_mimalloc(tmp_path) -> None:
+    # libarrow's own default pool (the Parquet writer's buffers) is mimalloc unless chosen while pyarrow loads;
+    # pa.set_memory_pool alone does not move it
+    assert _parquet_write(tmp_path, "plain")[0] > 0
+    assert _parquet_write(tmp_path, "run") == (0, "-")  # and the variable is not left for child processes
+
+
+def test_a_pool_the_user_chose_is_kept(tmp_path) -> None:
+    allocations, env = _parquet_write(tmp_path, "run", {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
+    assert allocations > 0 and env == "mimalloc"

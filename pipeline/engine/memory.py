@@ -5,7 +5,8 @@ Measured on 1,800-token completions at ~1,800 completions/s (scripts/bench.py ov
 of live Python objects, yet ~250 MB of RSS. The difference was memory the allocators kept after it was freed:
 mimalloc's pool under pyarrow, and glibc's heap, whose mmap threshold grows with every large free so later
 large buffers (response bodies, journal writes, Arrow columns) stay in the heap. With Arrow on the system
-allocator and glibc's threshold pinned at 16 KiB, the same run peaks at ~160 MB.
+allocator, glibc's threshold pinned (so it no longer grows), and the heap's free pages given back every
+TRIM_INTERVAL_S, the same run peaks at ~180 MB.
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
-MMAP_THRESHOLD = 16 * 1024
+# Pinned at 4 MiB, not at the 16 KiB it was first pinned at: each buffer above the threshold is a fresh mapping whose
+# pages fault in zeroed, and a row group's writes make many of 0.1-4 MB (zstd's context for every page it compresses,
+# Arrow's column and page buffers): 2-7% of a run's CPU (BENCHMARKS.md "Fourth pass"), for ~6 MB more peak RSS.
+# What a pinned threshold prevents is glibc raising it to 32 MB after large frees, and malloc_trim gives back
+# free pages below it.
+MMAP_THRESHOLD = 4 * 1024 * 1024
 TRIM_INTERVAL_S = 5.0
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 # The cyclic collector runs a young collection each time this many more container objects were allocated than freed
 # (CPython's default: 700; 2,000 from 3.13). A run allocates a few dozen per request (aiohttp's request and response
 # objects, the rows), nearly all freed by reference counting; at 700 the collector ran ~1,800 times in a 20,000-
@@ -69,13 +78,32 @@ def tuned_for_run() -> Iterator[None]:
 
 
 def _tune() -> None:
-    import pyarrow as pa
-
+    _import_pyarrow_on_system_allocator()
     use_uvloop()
-    pa.set_memory_pool(pa.system_memory_pool())
     libc = _glibc()
     if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def _import_pyarrow_on_system_allocator() -> Any:
+    """pyarrow, with both of its default memory pools on the system allocator where this call loads it.
+
+    `pa.set_memory_pool` moves only pyarrow's own default; libarrow's (what the Parquet writer allocates its page and
+    compression buffers from, ~600 allocations and 4.5 MB per 512-row group) is chosen once, from
+    ARROW_DEFAULT_MEMORY_POOL, while pyarrow loads, and is mimalloc otherwise. mimalloc keeps what it frees and asks
+    for transparent huge pages, each zeroed at its first touch: with it, a 20,000-completion run spent ~14% of its
+    CPU zeroing pages in its first seconds and peaked 30 MB higher (BENCHMARKS.md "Fourth pass"). The variable is set
+    only while pyarrow loads (a value the user set is kept), so child processes do not inherit it."""
+    if "pyarrow" not in sys.modules and ARROW_POOL_ENV not in os.environ:
+        os.environ[ARROW_POOL_ENV] = "system"
+        try:
+            import pyarrow  # noqa: F401 (loads libarrow, which reads the variable)
+        finally:
+            del os.environ[ARROW_POOL_ENV]
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    return pa
 
 
 def return_free_memory() -> None:
