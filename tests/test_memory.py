@@ -90,3 +90,10 @@ def test_a_run_writes_parquet_on_the_system_allocator_not_on_arrows_mimalloc(tmp
 def test_a_pool_the_user_chose_is_kept(tmp_path) -> None:
     allocations, env = _parquet_write(tmp_path, "run", {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
     assert allocations > 0 and env == "mimalloc"
+
+
+def test_the_command_line_leaves_pyarrow_unloaded_until_the_run_tunes_it() -> None:
+    # the pool is chosen while pyarrow loads: `regen run` must reach tuned_for_run() before anything imports it
+    code = "import sys, pipeline.cli; print('pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
