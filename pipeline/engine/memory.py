@@ -20,12 +20,12 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 # Pinned at 4 MiB, not at the 16 KiB it was first pinned at: each buffer above the threshold is a fresh mapping whose
 # pages fault in zeroed, and a row group's writes make many of 0.1-4 MB (zstd's context for every page it compresses,
-# Arrow's column and page buffers): 2-7% of a run's CPU (BENCHMARKS.md "Fourth pass"), for ~6 MB more peak RSS.
+# Arrow's column and page buffers): 3-8% of a run's CPU in A/B runs (BENCHMARKS.md "Fourth pass"), for 8-20 MB more
+# peak RSS at ~4,500 completions/s (none that a 4-minute soak at real durations could tell).
 # What a pinned threshold prevents is glibc raising it to 32 MB after large frees, and malloc_trim gives back
 # free pages below it.
 MMAP_THRESHOLD = 4 * 1024 * 1024
@@ -85,8 +85,9 @@ def _tune() -> None:
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
-def _import_pyarrow_on_system_allocator() -> Any:
-    """pyarrow, with both of its default memory pools on the system allocator where this call loads it.
+def _import_pyarrow_on_system_allocator() -> None:
+    """Load pyarrow with both of its default memory pools on the system allocator (libarrow's only if this call is
+    what loads it).
 
     `pa.set_memory_pool` moves only pyarrow's own default; libarrow's (what the Parquet writer allocates its page and
     compression buffers from, ~600 allocations and 4.5 MB per 512-row group) is chosen once, from
@@ -103,7 +104,6 @@ def _import_pyarrow_on_system_allocator() -> Any:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
-    return pa
 
 
 def return_free_memory() -> None:
