@@ -66,6 +66,9 @@ if tuned is not None:
     tuned.__enter__()
 import pyarrow as pa, pyarrow.parquet as pq
 
+if tuned is None:
+    pa.set_memory_pool(pa.system_memory_pool())  # what a run did before: pyarrow's own pool only
+
 table = pa.table({"text": ["x" * 7000] * 512})
 with pq.ParquetWriter(sys.argv[1], table.schema, compression="zstd") as writer:  # its page and zstd buffers
     writer.write_table(table)
