@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -172,10 +173,48 @@ def test_a_timeout_uses_an_attempt_and_the_retry_succeeds() -> None:
         cfg = make_config(max_attempts=2, request_timeout_s=0.3)
         async with endpoints(cfg, sim_config(p_hang=0.5)) as pool:
             d, sink, metrics = dispatcher(cfg, pool)
+            watch = asyncio.create_task(d.watch_hangs())  # request_timeout_s is the hang watch's, as in a run
+            started = time.monotonic()
             await d.process(p)
+            waited = time.monotonic() - started
+            watch.cancel()
             assert [r["attempts"] for r in sink.accepted] == [2]
             assert metrics.retries == 1 and metrics.endpoint_failures == 0
-            assert any("timed out" in e for e in metrics.last_errors)
+            assert any("request timed out after 0.3s (request_timeout_s)" in e for e in metrics.last_errors)
+            assert 0.3 <= waited < 0.3 * 3  # given up within a quarter of the timeout after it ran out
+
+            async def aborted() -> bool:  # the simulator held it until /abort_request named it
+                return (await sim_stats(pool.endpoints[0]))["in_flight"] == 0
+
+            await until(aborted)
+
+    asyncio.run(scenario())
+
+
+def test_a_plain_request_past_request_timeout_s_is_aborted_on_the_server() -> None:
+    """SGLang sees a non-streaming request's gone client only after seconds without output, so a request given up at
+    request_timeout_s would decode to its end for nobody: it is aborted by its rid (the simulator decodes for
+    nobody too, `disconnect_check_s`). Before the hang watch owned this timeout, only a learned deadline aborted."""
+
+    async def scenario() -> None:
+        cfg = make_config(max_attempts=1, request_timeout_s=0.4, stream=False)
+        slow = SimConfig(served_model_name=MODEL, decode_tokens_per_s=20, mean_output_tokens=100, disconnect_check_s=30)
+        async with endpoints(cfg, slow) as pool:  # ~5 s a request, 12x the timeout
+            d, sink, metrics = dispatcher(cfg, pool)
+            watch = asyncio.create_task(d.watch_hangs())
+            await d.process(prompt(7))
+            watch.cancel()
+            [row] = sink.rejected
+            assert row["reason"] == "exhausted_retries"
+            assert "request timed out after 0.4s (request_timeout_s); aborted" in row["detail"]
+            assert metrics.endpoint_failures == 0  # a timeout is the prompt's failed attempt, not a hang
+
+            async def aborted() -> bool:
+                stats = await sim_stats(pool.endpoints[0])
+                return bool(stats["cancelled"] == 1 and stats["in_flight"] == 0)
+
+            await until(aborted)  # well before the ~5 s the decode would take for nobody
+            assert (await sim_stats(pool.endpoints[0]))["generations_total"] == 0
 
     asyncio.run(scenario())
 

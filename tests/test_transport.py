@@ -20,6 +20,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from pipeline.config import ClientConfig, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
+from pipeline.endpoints.transport import Timeouts, Transport
 from pipeline.errors import EndpointDownError, FatalEndpointError, RequestError, RetryableRequestError
 from pipeline.records import Prompt
 
@@ -505,9 +506,10 @@ def test_a_stalled_stream_and_a_request_past_its_time_say_which_timeout_ran_out(
             async with EndpointClient(srv.url, gen=GenerationConfig(model="m"), client=cfg) as c:
                 with pytest.raises(RetryableRequestError, match=r"stream stalled \(no bytes for 0.3s\)"):
                     await c.chat(prompt(), 0, "r")
-            cfg = ClientConfig(connect_timeout_s=2, request_timeout_s=0.4, stall_timeout_s=2, stream=False)
-            async with EndpointClient(srv.url, gen=GenerationConfig(model="m"), client=cfg) as c:
-                with pytest.raises(RetryableRequestError, match=r"request timed out after 0.4s"):
-                    await c.chat(prompt(), 0, "r")
+            # the whole request: a control-plane call's own bound (a generation's is the dispatcher's hang watch,
+            # tests/test_dispatcher.py), here on a body that stops coming
+            async with Transport(srv.url, headers={}, connect_timeout_s=2) as t:
+                with pytest.raises(RetryableRequestError, match=r"request timed out after 0.4s \(whole-request"):
+                    await t.request("POST", "/v1/chat/completions", body=b"{}", timeouts=Timeouts(connect=2, total=0.4))
 
     run(main())

@@ -101,9 +101,11 @@ class EndpointClient:
         self._session: Transport | None = None
         self._control: Transport | None = None
         self._aborts: set[asyncio.Task[None]] = set()  # see abort_moved
-        connect, total = client.connect_timeout_s, client.request_timeout_s
-        self._plain = Timeouts(connect=connect, total=total)  # one value each: aiohttp's is built once
-        self._streamed = Timeouts(connect=connect, total=total, stall=client.stall_timeout_s)
+        # A generation has no whole-request timer here: how long one may take is the dispatcher's to say, at most
+        # request_timeout_s (Dispatcher.watch_hangs, engine/deadline.py), and it aborts the request on the server
+        # too. aiohttp's per-request timer cost ~6 us a request, ~3% of a run's client CPU (BENCHMARKS.md).
+        self._plain = Timeouts(connect=client.connect_timeout_s)  # one value each: aiohttp's is built once
+        self._streamed = Timeouts(connect=client.connect_timeout_s, stall=client.stall_timeout_s)
 
     async def __aenter__(self) -> EndpointClient:
         # No bound on generation connections: the endpoint pool's capacity bounds them (see the class docstring).
@@ -159,7 +161,10 @@ class EndpointClient:
         return body
 
     async def chat(self, prompt: Prompt, attempt: int, rid: str) -> Completion:
-        """Send one chat completion and return it parsed. Raises a RequestError subclass on failure."""
+        """Send one chat completion and return it parsed. Raises a RequestError subclass on failure.
+
+        Bounded by the connect timeout and, streamed, the stall timeout; the caller bounds the whole request (the
+        dispatcher's hang watch: a learned deadline, request_timeout_s at most)."""
         body = self.payload(prompt, attempt, rid)
         data = orjson.dumps(body)
         started = time.monotonic()

@@ -9,7 +9,8 @@ tree (pipeline/errors.py), which decides what happens next:
   that ended badly, a body that is not what SGLang sends).
 - `PermanentRequestError`: the request itself is refused (400: context length, parameters).
 - `FatalEndpointError`: no retry helps (401/403 key, 404 URL, a URL that redirects).
-Each timeout says which one ran out (`transport.Timeouts`): a connect, a stalled stream or the whole request.
+Each timeout says which one ran out (`transport.Timeouts`): a connect, a stalled stream or the whole request (a
+generation's whole-request bound is the dispatcher's hang watch, which names `request_timeout_s` itself).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def from_exception(exc: BaseException, url: str, timeouts: Bounds, *, answered: 
         return RetryableRequestError(f"{url}: stream stalled (no bytes for {timeouts.stall:g}s)")
     if isinstance(exc, TimeoutError):
         total = "" if timeouts.total is None else f" after {timeouts.total:g}s"
-        return RetryableRequestError(f"{url}: request timed out{total} (request_timeout_s)")
+        return RetryableRequestError(f"{url}: request timed out{total} (whole-request timeout)")
     if isinstance(exc, aiohttp.ClientPayloadError):
         return EndpointDownError(f"{url}: connection lost mid-response (the body was cut short: {exc})")
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError | ConnectionError):

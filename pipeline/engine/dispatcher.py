@@ -33,6 +33,7 @@ from ..errors import (
     HungRequestError,
     PermanentRequestError,
     RequestError,
+    RetryableRequestError,
 )
 from ..records import Completion, Prompt, Turn
 from ..schema import accepted_row, rejected_row
@@ -79,7 +80,8 @@ class Dispatcher:
         c = cfg.client
         self.deadlines = Deadlines(floor_s=c.hang_floor_s, slack=c.hang_slack, ceiling_s=c.request_timeout_s)
         self._started: dict[asyncio.Task[Any], tuple[EndpointState, str, float]] = {}  # requests in flight
-        self._hung: set[asyncio.Task[Any]] = set()  # cancelled by watch_hangs
+        # cancelled by watch_hangs; True when what ran out was request_timeout_s itself, not a learned deadline
+        self._hung: dict[asyncio.Task[Any], bool] = {}
         self._rids = itertools.count()
         self._chars_tokens = [0, 0]  # characters and tokens of the completions seen (a stopped stream's estimate)
         self.inflight: set[asyncio.Task[None]] = set()
@@ -276,9 +278,14 @@ class Dispatcher:
         except asyncio.CancelledError:
             if task is None or task not in self._hung:
                 raise
-            self._hung.discard(task)
-            task.uncancel()  # cancelled by watch_hangs, not by the run: abort it on the server and retry elsewhere
+            timed_out = self._hung.pop(task)
+            task.uncancel()  # cancelled by watch_hangs, not by the run: abort it on the server and retry
             ep.client.abort_moved(rid)
+            if timed_out:  # as any failed request: an attempt, then a backoff
+                limit = self.cfg.client.request_timeout_s
+                raise RetryableRequestError(
+                    f"{ep.url}: request timed out after {limit:g}s (request_timeout_s); aborted"
+                ) from None
             raise HungRequestError(f"{ep.url}: request {rid} past its deadline (hung; aborted)") from None
         finally:
             if task is not None:
@@ -291,15 +298,23 @@ class Dispatcher:
 
     async def watch_hangs(self) -> None:
         """Give up requests past their deadline (engine/deadline.py), re-evaluated as the endpoints' rates are learned:
-        a request sent before any rate was known is not held to request_timeout_s once one is."""
-        every = min(1.0, self.cfg.client.hang_floor_s / 4)
+        a request sent before any rate was known is not held to request_timeout_s once one is.
+
+        This is the one whole-request bound of a generation (the client sets no timer per request): past
+        request_timeout_s a request times out, as a failed attempt; past a shorter learned deadline it is hung, an
+        endpoint failure. Either way it is aborted on the server, which would otherwise decode it for nobody."""
+        c = self.cfg.client
+        every = min(1.0, c.hang_floor_s / 4, c.request_timeout_s / 4)
         max_tokens = self.cfg.generation.max_tokens
         while True:
             await asyncio.sleep(every)
             now = time.monotonic()
             for task, (ep, _rid, start) in list(self._started.items()):
-                if task not in self._hung and now - start > self.deadlines.for_request(ep.url, max_tokens):
-                    self._hung.add(task)
+                if task in self._hung:
+                    continue
+                deadline = self.deadlines.for_request(ep.url, max_tokens)
+                if now - start > deadline:
+                    self._hung[task] = deadline >= c.request_timeout_s
                     task.cancel()
 
     def _reject(
