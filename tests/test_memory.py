@@ -2,9 +2,11 @@
 
 import gc
 import importlib
+import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -58,7 +60,7 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
 
 
 PARQUET_WRITE = """
-import os, sys
+import json, os, sys
 from pipeline.engine.memory import tuned_for_run
 
 tuned = tuned_for_run() if sys.argv[2] == "run" else None
@@ -72,27 +74,39 @@ if tuned is None:
 table = pa.table({"text": ["x" * 7000] * 512})
 with pq.ParquetWriter(sys.argv[1], table.schema, compression="zstd") as writer:  # its page and zstd buffers
     writer.write_table(table)
-print(pa.mimalloc_memory_pool().num_allocations(), os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "-"))
+pools = {"mimalloc": pa.mimalloc_memory_pool(), "jemalloc": pa.jemalloc_memory_pool()}
+print(json.dumps({
+    **{name: pool.num_allocations() for name, pool in pools.items()},
+    "pyarrow": pa.default_memory_pool().backend_name,
+    "env": os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "-"),
+}))
 """
 
 
-def _parquet_write(tmp_path, how: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+def _parquet_write(tmp_path, how: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | (env or {})
     argv = [sys.executable, "-c", PARQUET_WRITE, str(tmp_path / "t.parquet"), how]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=environ).stdout.split()
-    return int(out[0]), out[1]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=environ)
+    assert "Unsupported backend" not in out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
 
 
-def test_a_run_writes_parquet_on_the_system_allocator_not_on_arrows_mimalloc(tmp_path) -> None:
+def test_a_run_writes_parquet_on_jemalloc_not_on_arrows_mimalloc(tmp_path) -> None:
     # libarrow's own default pool (the Parquet writer's buffers) is mimalloc unless chosen while pyarrow loads;
     # pa.set_memory_pool alone does not move it
-    assert _parquet_write(tmp_path, "plain")[0] > 0
-    assert _parquet_write(tmp_path, "run") == (0, "-")  # and the variable is not left for child processes
+    plain = _parquet_write(tmp_path, "plain")
+    assert plain["mimalloc"] > 0 and plain["jemalloc"] == 0
+    run = _parquet_write(tmp_path, "run")
+    assert run["mimalloc"] == 0 and run["jemalloc"] > 0  # the writer's buffers grow in place, not by copies
+    assert run["pyarrow"] == "jemalloc" and run["env"] == "-"  # and the variable is not left for child processes
 
 
-def test_a_pool_the_user_chose_is_kept(tmp_path) -> None:
-    allocations, env = _parquet_write(tmp_path, "run", {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
-    assert allocations > 0 and env == "mimalloc"
+@pytest.mark.parametrize("pool", ["mimalloc", "system"])
+def test_a_pool_the_user_chose_is_kept(tmp_path, pool: str) -> None:
+    run = _parquet_write(tmp_path, "run", {"ARROW_DEFAULT_MEMORY_POOL": pool})
+    assert run["pyarrow"] == pool and run["env"] == pool and run["jemalloc"] == 0
+    assert (run["mimalloc"] > 0) == (pool == "mimalloc")
 
 
 def test_the_command_line_leaves_pyarrow_unloaded_until_the_run_tunes_it() -> None:

@@ -5,8 +5,9 @@ Measured on 1,800-token completions at ~1,800 completions/s (scripts/bench.py ov
 of live Python objects, yet ~250 MB of RSS. The difference was memory the allocators kept after it was freed:
 mimalloc's pool under pyarrow, and glibc's heap, whose mmap threshold grows with every large free so later
 large buffers (response bodies, journal writes, Arrow columns) stay in the heap. With both of Arrow's default pools
-on the system allocator (`_import_pyarrow_on_system_allocator`), glibc's threshold pinned (so it no longer grows)
-and the heap's free pages given back every TRIM_INTERVAL_S, a run at ~4,500 completions/s peaks at ~150 MB.
+on jemalloc (`_import_pyarrow_with_run_pools`; the system allocator where pyarrow has no jemalloc), glibc's
+threshold pinned (so it no longer grows) and the heap's free pages given back every TRIM_INTERVAL_S, a run at
+~4,500 completions/s peaks at ~140 MB.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 MMAP_THRESHOLD = 4 * 1024 * 1024
 TRIM_INTERVAL_S = 5.0
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+# jemalloc is in pyarrow's Linux wheels (macOS and Windows wheels have mimalloc and the system allocator only).
+ARROW_POOL = "jemalloc" if sys.platform.startswith("linux") else "system"
 # The cyclic collector runs a young collection each time this many more container objects were allocated than freed
 # (CPython's default: 700; 2,000 from 3.13). A run allocates a few dozen per request (aiohttp's request and response
 # objects, the rows), nearly all freed by reference counting; at 700 the collector ran ~1,800 times in a 20,000-
@@ -78,32 +81,41 @@ def tuned_for_run() -> Iterator[None]:
 
 
 def _tune() -> None:
-    _import_pyarrow_on_system_allocator()
+    _import_pyarrow_with_run_pools()
     use_uvloop()
     libc = _glibc()
     if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
-def _import_pyarrow_on_system_allocator() -> None:
-    """Load pyarrow with both of its default memory pools on the system allocator (libarrow's only if this call is
-    what loads it).
+def _import_pyarrow_with_run_pools() -> None:
+    """Load pyarrow with both of its default memory pools on jemalloc (ARROW_POOL; libarrow's only if this call is
+    what loads it, and unless the user chose a pool in ARROW_DEFAULT_MEMORY_POOL).
 
     `pa.set_memory_pool` moves only pyarrow's own default; libarrow's (what the Parquet writer allocates its page and
     compression buffers from, ~600 allocations and 4.5 MB per 512-row group) is chosen once, from
     ARROW_DEFAULT_MEMORY_POOL, while pyarrow loads, and is mimalloc otherwise. mimalloc keeps what it frees and asks
     for transparent huge pages, each zeroed at its first touch: with it, a 20,000-completion run spent ~14% of its
-    CPU zeroing pages in its first seconds and peaked 30 MB higher (BENCHMARKS.md "Fourth pass"). The variable is set
-    only while pyarrow loads (a value the user set is kept), so child processes do not inherit it."""
-    if "pyarrow" not in sys.modules and ARROW_POOL_ENV not in os.environ:
-        os.environ[ARROW_POOL_ENV] = "system"
+    CPU zeroing pages in its first seconds and peaked 30 MB higher. On the system allocator instead, every growth of
+    an Arrow buffer is a copy (Arrow's buffers are 64-byte aligned, which glibc's realloc cannot keep), and the
+    Parquet writer grows its page and encoder buffers value by value: jemalloc grows them in place, which took the
+    Parquet writes from 0.75 to 0.55 CPU-s per 20,000 completions and the run's peak RSS ~10 MB lower (BENCHMARKS.md
+    "Fifth pass"). jemalloc gives freed pages back on its own within seconds. The variable is set only while
+    pyarrow loads, so child processes do not inherit it."""
+    chosen = os.environ.get(ARROW_POOL_ENV)
+    if "pyarrow" not in sys.modules and chosen is None:
+        os.environ[ARROW_POOL_ENV] = ARROW_POOL
         try:
             import pyarrow  # noqa: F401 (loads libarrow, which reads the variable)
         finally:
             del os.environ[ARROW_POOL_ENV]
     import pyarrow as pa
 
-    pa.set_memory_pool(pa.system_memory_pool())
+    if chosen is None:  # pyarrow's own default too (pyarrow may have been loaded before this call)
+        try:
+            pa.set_memory_pool(pa.jemalloc_memory_pool() if ARROW_POOL == "jemalloc" else pa.system_memory_pool())
+        except NotImplementedError:  # a pyarrow built without jemalloc
+            pa.set_memory_pool(pa.system_memory_pool())
 
 
 def return_free_memory() -> None:
