@@ -21,6 +21,20 @@ from pipeline.schema import (
 from pipeline.store import synthetic as syn
 
 
+@pytest.fixture(autouse=True, params=["system", "jemalloc"])
+def pool(request):
+    """Every case on both paths of the string columns: the joined buffer (system allocator) and Arrow's own
+    conversion (jemalloc, a run's pool on Linux; mimalloc where pyarrow has no jemalloc)."""
+    before = pa.default_memory_pool()
+    try:
+        chosen = pa.system_memory_pool() if request.param == "system" else pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        chosen = pa.mimalloc_memory_pool()
+    pa.set_memory_pool(chosen)
+    yield chosen.backend_name
+    pa.set_memory_pool(before)
+
+
 def _arrow(rows, schema):
     return pa.Table.from_arrays([pa.array([r.get(f.name) for r in rows], type=f.type) for f in schema], schema=schema)
 
