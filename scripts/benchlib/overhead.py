@@ -81,6 +81,7 @@ def bench_overhead(work: Path, requests: int, concurrency: int, tokens: int) -> 
         "cpu_ratio": round(cpu_ratio, 2),
         "cpu_ratio_by_round": [round(r[0] * requests / b[0], 2) for b, r in zip(bases, runs, strict=True)],
         "throughput_ratio_steady": round(rate_ratio, 2),
+        "steady_ratio_by_round": [round(r[1] / b[1], 3) for b, r in zip(bases, runs, strict=True)],
         "throughput_ratio_end_to_end": round(e2e_ratio, 2),
         "targets": {  # issue 24: regen's client on aiohttp, against a bare aiohttp loop in the same run
             "cpu_ratio<=2.5": cpu_ratio <= 2.5,
