@@ -57,11 +57,14 @@ def fingerprint(messages: Sequence[Mapping[str, Any]], positions: Sequence[int])
     at = set(positions)
     kept = [positions, [m for i, m in enumerate(messages) if i not in at]]
     replaced = [m for i, m in enumerate(messages) if i in at]
-    return _digest(kept) + _digest(replaced)
+    return _digest(kept) + (_digest(replaced) if replaced else _NOTHING_REPLACED)  # a new turn replaces nothing
 
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+_NOTHING_REPLACED = _digest([])
 
 
 def with_system(messages: tuple[conversation.Message, ...], system: str) -> tuple[conversation.Message, ...]:
