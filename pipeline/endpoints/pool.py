@@ -169,6 +169,8 @@ class Pool:
         then retries, then new prompts, each line in order (a pushing-back endpoint's probe goes to a new prompt
         when one waits)."""
         self._note_liveness()
+        if not (self._retries or self._new or any(self._pinned.values())):
+            return  # nobody waits: the common case, on every release of a busy run
         self._wake_pinned()
         self._serve(self._retries, probe=self._probe_for_retries())
         self._serve(self._new, probe=True)
