@@ -5,9 +5,9 @@ Measured on 1,800-token completions at ~1,800 completions/s (scripts/bench.py ov
 of live Python objects, yet ~250 MB of RSS. The difference was memory the allocators kept after it was freed:
 mimalloc's pool under pyarrow, and glibc's heap, whose mmap threshold grows with every large free so later
 large buffers (response bodies, journal writes, Arrow columns) stay in the heap. With both of Arrow's default pools
-on jemalloc (`_import_pyarrow_with_run_pools`; the system allocator where pyarrow has no jemalloc), glibc's
-threshold pinned (so it no longer grows) and the heap's free pages given back every TRIM_INTERVAL_S, a run at
-~5,400 completions/s peaks at ~135 MB.
+on jemalloc (`_import_pyarrow_with_run_pools`; off Linux, whose pyarrow wheels have none, on the system
+allocator), glibc's threshold pinned (so it no longer grows) and the heap's free pages given back every
+TRIM_INTERVAL_S, a run at ~5,400 completions/s peaks at ~135 MB.
 """
 
 from __future__ import annotations
