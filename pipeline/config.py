@@ -112,6 +112,9 @@ class EndpointConfig:
     sim_args: tuple[str, ...] = ()  # for url = "sim": `regen sim` flags of the embedded simulator
 
 
+LOOPING_RULES = ("unfinished", "any", "off")
+
+
 @dataclass(frozen=True)
 class ValidateConfig:
     require_answer: bool = True
@@ -121,7 +124,11 @@ class ValidateConfig:
     reject_think_markers: bool = True  # `<think>`/`</think>` left in the answer or reasoning after the split
     min_answer_chars: int = 1
     max_repetition: float = 0.0  # 0 = off; else reject when one n-gram covers this fraction of the text
-    reject_looping: bool = True  # reasoning or answer in verbatim repetition (pipeline/loops.py): reason `looping`
+    # `looping` (pipeline/loops.py): "unfinished" rejects a generation that did not end (the guard stopped it, or
+    # it ran to the limit in a loop) and keeps repetition the model ended itself, measured in `repetition_chars`;
+    # "any" rejects every completion with a loop by the text's rule (but repetition copied from the prompt);
+    # "off" only the guard's stops (a generation stopped is never accepted)
+    reject_looping: str = "unfinished"
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ class Config:
     output: OutputConfig = field(default_factory=OutputConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
-    endpoints: tuple[EndpointConfig, ...] = (EndpointConfig(url="sim"),)
+    endpoints: tuple[EndpointConfig, ...] = ()  # none is an error only where requests go out (check_endpoints)
     endpoints_file: str = ""  # re-read while running: one URL per line (optionally "URL concurrency"), or TOML
     expect: dict[str, Any] = field(default_factory=dict)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
@@ -265,7 +272,7 @@ def config_from_dict(data: dict[str, Any], where: str = "<config>") -> Config:
 _RESERVED_COLUMNS = {
     "id", "messages", "reasoning", "answer", "finish_reason", "prompt_tokens", "completion_tokens",
     "reasoning_tokens", "model", "endpoint", "attempts", "latency_s", "seed", "created_at",
-    "spec_accept_length", "reason", "detail", "turns", "source_id",
+    "spec_accept_length", "spec_verify_ct", "repetition_chars", "reason", "detail", "turns", "source_id",
 }  # fmt: skip
 
 
@@ -320,6 +327,11 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("client.sticky_wait_s", _at_least(0), "0 or more"),
     ("validate.min_answer_chars", _at_least(0), "0 or more"),
     ("validate.max_repetition", lambda v: 0 <= v <= 1, "in [0, 1] (0 = off)"),
+    (
+        "validate.reject_looping",
+        lambda v: v in LOOPING_RULES,
+        "'unfinished' (the default: a generation that did not end), 'any' or 'off' (true was 'any', false 'off')",
+    ),
     ("launch.port", lambda v: 0 <= v <= 65535, "0 (a free port) or a port number in [1, 65535]"),
     ("launch.ready_timeout_s", _positive, "positive"),
 )
@@ -346,8 +358,18 @@ def _check_values(cfg: Config, where: str) -> None:
     clash = sorted(set(cfg.input.keep_fields) & _RESERVED_COLUMNS)
     if clash:
         raise ConfigError(f"{where}: input.keep_fields {clash[0]!r} is an output column name; rename it in the data")
+
+
+def check_endpoints(cfg: Config, where: str = "<config>") -> None:
+    """A run or preflight has somewhere to send requests: `[[endpoints]]`, `endpoints_file` or `--endpoint URL`.
+
+    Not part of loading: `regen launch`, `audit --config` and `validate` send no generation request, and a config
+    without endpoints is a fine thing to hand them. The simulator is never a default; `url = "sim"` asks for it."""
     if not cfg.endpoints and not cfg.endpoints_file:
-        raise ConfigError(f"{where}: no [[endpoints]] and no endpoints_file")
+        raise ConfigError(
+            f'{where}: no [[endpoints]]: add one with the server\'s url (url = "http://host:30000"), or url = "sim" '
+            "for the embedded simulator (or give --endpoint URL)"
+        )
 
 
 def check_url(url: str, where: str) -> None:
@@ -491,6 +513,13 @@ def _coerce(tp: Any, value: Any, *, path: str, where: str) -> Any:
     return _scalar(tp, value, path=path, where=where)
 
 
+# keys that were booleans once: what each value is called now
+_ONCE_BOOL = {
+    "validate.reject_looping": "'unfinished' (the default), 'any' or 'off' (it was a boolean: true is now 'any', "
+    "false 'off')"
+}
+
+
 def _scalar(tp: Any, value: Any, *, path: str, where: str) -> Any:
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -500,6 +529,8 @@ def _scalar(tp: Any, value: Any, *, path: str, where: str) -> Any:
         return value
     if tp in (int, float) and isinstance(value, bool):
         raise ConfigError(f"{where}: {path} must be {tp.__name__}, got bool {value!r}")
+    if tp is str and isinstance(value, bool) and path in _ONCE_BOOL:
+        raise ConfigError(f"{where}: {path} must be {_ONCE_BOOL[path]}, got {str(value).lower()}")
     if not isinstance(value, tp):
         raise ConfigError(f"{where}: {path} must be {tp.__name__}, got {_tname(value)} {value!r}")
     return value

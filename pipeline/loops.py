@@ -1,31 +1,41 @@
-"""The one loop detector: where a text falls into degenerate verbatim repetition, found the same way everywhere a
-text is judged (the validator's `looping` reason, the stream guard that stops a looping generation early, `regen
-audit`, `regen inspect`).
+"""The one loop detector: where a text falls into verbatim repetition, found the same way everywhere a text is
+judged (the stream guard that stops a looping generation, the validator's `looping` reason, the `repetition_chars`
+column, `regen audit`, `regen inspect`).
 
-The rule. At a checkpoint, the text so far *loops* when its tail is periodic: for some period p (1 to
-`MAX_PERIOD` characters) every character of the last L characters equals the one p before it, and the repetition
-beyond the first copy of the unit, L - p, is at least max(p, `MIN_REPEAT`) characters. So a loop is at least two
-whole copies of its unit back to back and at least 600 characters repeated verbatim. A unit made of fewer than 10
-distinct characters must repeat 2,000 (`MIN_REPEAT_FILLER`): a zero-filled array, a box-drawn grid or a run of
-identical program lines repeats such a unit for a while without being a loop. Checkpoints come every `STRIDE`
-characters, so a loop the model later escapes (it answers after thirty copies of one paragraph) is found as well as
-one that runs to `max_tokens`.
+Degenerate means it does not end. A model that falls into a loop repeats one unit until `max_tokens`; a model asked
+for "this sentence 100 times", a 1,000-digit repeating decimal or an empty 100-row table repeats a unit too, and then
+ends by itself. So repetition is judged by two rules of the same detector:
+- *The guard's* (`GUARD_REPEAT`): a stream is stopped only once `GUARD_REPEAT` (8,000) characters repeat verbatim
+  beyond the first copy of the unit, more than a finished answer has: answers that end by themselves with up to
+  8,000 characters of repetition are never stopped. A generation the guard stopped is rejected `looping`.
+- *The text's* (`MIN_REPEAT`): a text *has* a loop when its tail at a checkpoint is periodic: for some period p (1 to
+  `MAX_PERIOD` characters) every character of the last L characters equals the one p before it, and the repetition
+  beyond the first copy of the unit, L - p, is at least max(p, `MIN_REPEAT`) characters (2,000, `MIN_REPEAT_FILLER`,
+  for a unit of fewer than 10 distinct characters: zero-filled arrays, grids, identical program lines). Its length
+  is the `repetition_chars` of a stored row; a completion that did not end (`length`, or a stored turn that ends in
+  its loop) is rejected `looping` by it, and one the model ended itself only with `validate.reject_looping = "any"`.
+  Repetition copied verbatim from the prompt (`exempt`) is not a loop.
+Checkpoints come every `STRIDE` characters, so a loop the model later escapes is found as well as one that runs to
+the end.
 
 Why these numbers (measured on ../shared/traces, BENCHMARKS.md "Loops"): across every 128-character prefix of
 120 real, complete long-chain-of-thought traces, the most any tail repeated beyond its first unit was 477
 characters, and never two whole copies of a unit of 200+ characters; the 80 real loops have units of 23 to 2,634
-characters, so two copies of the longest is ~5,300 characters, inside the ~6,000 a guard may let pass.
+characters and run to the token limit, so the guard catches each within GUARD_REPEAT + 2 units of where it starts.
 
 How a check runs: the last `KEY` characters of the text are looked for in the `MAX_PERIOD` characters before
 them (`str.rfind`, in C); each of the nearest few occurrences is a candidate period, and the length of the
 periodic tail for it is found by comparing slices backwards (block by block, then a binary search inside the
-first block that differs). Natural text rarely repeats its last 32 characters at all, so most checks cost one
-`rfind` over a few KB: microseconds per KB of text (BENCHMARKS.md). The guard keeps only the last `KEEP`
-characters of a stream.
+first block that differs). When the key recurs all along a candidate's periodic tail (a short pattern inside a long
+unit: a run of `0, 0, 0, ...`), the next candidates come from that whole run and the character before it: the key's
+own multiples would otherwise fill every candidate and hide the unit.
+Natural text rarely repeats its last 32 characters at all, so most checks cost one `rfind` over a few KB:
+microseconds per KB of text (BENCHMARKS.md). The guard keeps only the last `GUARD_KEEP` characters of a stream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 STRIDE = 1024  # characters between two checks of a growing text
@@ -35,7 +45,9 @@ FEW_CHARS = 10  # a unit of fewer distinct characters (the 80 real loops' units 
 MIN_REPEAT_FILLER = 2000  # ... must repeat this much: rows of zeros, grids, identical program lines
 KEY = 32  # the closing characters whose earlier occurrences give the candidate periods
 CANDIDATES = 8  # occurrences tried per check, nearest first
-KEEP = 2 * MAX_PERIOD + MIN_REPEAT_FILLER + STRIDE  # what a stream guard holds: enough for any loop the rule needs
+KEEP = 2 * MAX_PERIOD + MIN_REPEAT_FILLER + STRIDE  # the tail find_loop checks at a checkpoint: any loop of its rule
+GUARD_REPEAT = 8000  # the guard stops a stream once this much repeats beyond the first copy of the unit
+GUARD_KEEP = max(KEEP, MAX_PERIOD + GUARD_REPEAT + STRIDE)  # what a stream guard holds: any loop of its rule
 EXCERPT = 160  # characters of the unit kept in a report
 
 
@@ -67,12 +79,12 @@ class Loop:
         )
 
 
-def repeat_needed(unit: str) -> int:
+def repeat_needed(unit: str, least: int = MIN_REPEAT) -> int:
     """Characters that must repeat beyond the first copy of `unit` to call its repetition a loop: one more copy
-    and MIN_REPEAT, or MIN_REPEAT_FILLER for a unit of few distinct characters (a line of a zero-filled table, a
-    row of a box-drawn grid, an identical program line)."""
+    and `least` (MIN_REPEAT, or the guard's GUARD_REPEAT), and MIN_REPEAT_FILLER at least for a unit of few distinct
+    characters (a line of a zero-filled table, a row of a box-drawn grid, an identical program line)."""
     filler = len(set(unit)) < FEW_CHARS
-    return max(len(unit), MIN_REPEAT_FILLER if filler else MIN_REPEAT)
+    return max(len(unit), max(least, MIN_REPEAT_FILLER) if filler else least)
 
 
 def periodic_tail(text: str, period: int, limit: int) -> int:
@@ -97,24 +109,25 @@ def periodic_tail(text: str, period: int, limit: int) -> int:
     return n - edge
 
 
-def reach(n: int) -> int:
+def reach(n: int, least: int = MIN_REPEAT) -> int:
     """The longest period a loop in the last `n` characters of a text can have: a reported loop's periodic tail is
-    at least two copies of its unit and MIN_REPEAT characters past the first copy, so p <= n / 2 and
-    p <= n - MIN_REPEAT; and MAX_PERIOD at most."""
-    return max(0, min(MAX_PERIOD, n // 2, n - MIN_REPEAT))
+    at least two copies of its unit and `least` characters past the first copy, so p <= n / 2 and p <= n - least;
+    and MAX_PERIOD at most."""
+    return max(0, min(MAX_PERIOD, n // 2, n - least))
 
 
-def tail_loop(text: str, offset: int = 0) -> Loop | None:
-    """The loop `text` ends in, or None. `offset` is where `text` starts in the whole (a guard's kept tail)."""
-    return _tail_loop(text, offset, reach(len(text)))  # farther back, periods no loop of this text can have
+def tail_loop(text: str, offset: int = 0, least: int = MIN_REPEAT) -> Loop | None:
+    """The loop `text` ends in, or None. `offset` is where `text` starts in the whole (a guard's kept tail);
+    `least` the repetition the rule needs beyond the first copy (MIN_REPEAT, or the guard's GUARD_REPEAT)."""
+    return _tail_loop(text, offset, reach(len(text), least), least)  # farther back: periods no loop can have
 
 
-def _tail_loop(text: str, offset: int, longest: int) -> Loop | None:
+def _tail_loop(text: str, offset: int, longest: int, least: int = MIN_REPEAT) -> Loop | None:
     """tail_loop, with candidate periods up to `longest` (any larger is never reported: see `reach`)."""
     n = len(text)
-    if n < KEY + MIN_REPEAT:
+    if n < KEY + least:
         return None
-    key = text[n - KEY :]
+    key, size = text[n - KEY :], KEY
     floor = max(0, n - KEY - longest)
     end = n - 1
     tried: list[tuple[int, int]] = []  # (period, periodic tail) of the candidates so far, nearest (shortest) first
@@ -122,17 +135,23 @@ def _tail_loop(text: str, offset: int, longest: int) -> Loop | None:
         pos = text.rfind(key, floor, end)
         if pos < 0:
             return None
-        end = pos + KEY - 1
-        period = n - KEY - pos
+        period = n - size - pos
         length = periodic_tail(text, period, n)
+        end = pos + size - 1
+        if size == KEY and length >= KEY + period and length < n:
+            # The key recurs all along this period's run (a short pattern: `0, 0, 0, ...`): so would its multiples,
+            # using up CANDIDATES without repeating any farther. A longer unit holds the whole run and the
+            # character before it: look for that instead, from the nearest occurrence on.
+            key, size = text[n - length - 1 :], length + 1
+            floor, end = max(0, n - size - longest), n - 1
         tried.append((period, length))
-        if length - period < MIN_REPEAT:
+        if length - period < least:
             continue
         # a multiple of a shorter unit that repeats as far is that unit's loop, judged as that unit
         unit_len = min(q for q, tail in tried if tail >= length - period)
         start = n - length
         unit = text[start : start + unit_len]
-        if length - period >= max(period, repeat_needed(unit)):
+        if length - period >= max(period, repeat_needed(unit, least)):
             return Loop(offset + start, unit_len, length, offset + n, unit[:EXCERPT])
     return None
 
@@ -158,9 +177,10 @@ def _extend(text: str, loop: Loop) -> Loop:
     return Loop(loop.start, p, end - loop.start, loop.at, loop.unit)
 
 
-def find_loop(text: str | None) -> Loop | None:
-    """The first loop in a whole text, checked at the same checkpoints a stream guard would use, then followed to
-    its end; None when the text never loops.
+def find_loop(text: str | None, exempt: str = "") -> Loop | None:
+    """The first loop in a whole text, checked every STRIDE characters and at the end, then followed to its end;
+    None when the text never loops. A repeating run found whole in `exempt` (the prompt: an answer copying a long
+    run of its input) is not a loop, and the search goes on after it.
 
     Each checkpoint is first screened on the whole text, without cutting out the checked tail text[low:at]; it is
     skipped when tail_loop would certainly return None there:
@@ -182,8 +202,9 @@ def find_loop(text: str | None) -> Loop | None:
     if not text:
         return None
     n = len(text)
+    after = 0  # the end of the last run copied from `exempt`
     for at in (*range(STRIDE, n, STRIDE), n):
-        low = max(0, at - KEEP)
+        low = max(after, at - KEEP)
         span = at - low
         if span < KEY + MIN_REPEAT:
             continue  # tail_loop's first test
@@ -194,17 +215,24 @@ def find_loop(text: str | None) -> Loop | None:
             continue  # no period would repeat MIN_REPEAT characters
         found = tail_loop(text[low:at], low)
         if found is not None:
-            return _extend(text, found)
+            found = _extend(text, found)
+            if not exempt or text[found.start : found.end] not in exempt:
+                return found
+            after = found.end
     return None
 
 
 class LoopGuard:
     """Judges a text as it streams: `feed` each piece; it checks every `STRIDE` characters and returns the loop
-    once the text loops (then keeps returning it). Holds at most `KEEP` characters, whatever the stream's length."""
+    once the text loops by the guard's rule (then keeps returning it). Holds at most `GUARD_KEEP` characters,
+    whatever the stream's length. `exempt` gives the prompt's text, asked for only when a loop is found: a run
+    copied whole from it is not a loop (yet: once the stream repeats beyond what the prompt holds, it is)."""
 
-    __slots__ = ("_pending", "_pending_chars", "_tail", "chars", "loop")
+    __slots__ = ("_exempt", "_pending", "_pending_chars", "_tail", "chars", "least", "loop")
 
-    def __init__(self) -> None:
+    def __init__(self, least: int = GUARD_REPEAT, exempt: Callable[[], str] | None = None) -> None:
+        self.least = least
+        self._exempt = exempt
         self._tail = ""
         self._pending: list[str] = []
         self._pending_chars = 0
@@ -226,6 +254,9 @@ class LoopGuard:
             tail = self._tail + "".join(self._pending)
             self._pending.clear()
             self._pending_chars = 0
-            self._tail = tail[-KEEP:]
-            self.loop = tail_loop(self._tail, self.chars - len(self._tail))
+            self._tail = tail[-max(KEEP, MAX_PERIOD + self.least + STRIDE) :]
+            found = tail_loop(self._tail, self.chars - len(self._tail), self.least)
+            if found is not None and self._exempt is not None and self._tail[-found.length :] in self._exempt():
+                found = None  # copied from the prompt, as far as it goes
+            self.loop = found
         return self.loop

@@ -50,6 +50,17 @@ class Prompt:
         """Where the generated turns go: `turns`, or one new turn at the end."""
         return self.turns or (len(self.messages),)
 
+    def text(self) -> str:
+        """The text of the messages, one after the other: what a completion may copy from its input."""
+        parts: list[str] = []
+        for message in self.messages:
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                parts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "\n".join(parts)
+
 
 @dataclass(frozen=True, slots=True)
 class BadInput:
@@ -76,10 +87,17 @@ class Completion:
     endpoint: str = ""
     latency_s: float = 0.0
     seed: int = 0
+    # the server's speculative decoding on this request: tokens per verify step (the bonus token included), steps
     spec_accept_length: float | None = None
-    # The stream guard (pipeline/loops.py) stopped it: aborted on the server, the text as far as it had streamed.
+    spec_verify_ct: int | None = None
+    # The stream guard (pipeline/loops.py) stopped it: aborted on the server, the text as far as it had streamed;
+    # `loop_detail` is the guard's finding (which text loops, where, its unit).
     loop_stopped: bool = False
     tool_calls: tuple[dict[str, Any], ...] = ()  # the calls the model made instead of (or with) an answer
+    loop_detail: str = ""
+    # characters of the first verbatim repeating run in the reasoning or the answer (pipeline/loops.py's text rule;
+    # 0: none), measured by the validator; None until then (and for a completion it never measured)
+    repetition_chars: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +115,9 @@ class Turn:
     endpoint: str = ""
     latency_s: float = 0.0
     attempts: int = 1
+    spec_accept_length: float | None = None
+    spec_verify_ct: int | None = None
+    repetition_chars: int | None = None
 
     @classmethod
     def of(cls, completion: Completion, attempts: int) -> Turn:
@@ -110,6 +131,9 @@ class Turn:
             completion.endpoint,
             completion.latency_s,
             attempts,
+            completion.spec_accept_length,
+            completion.spec_verify_ct,
+            completion.repetition_chars,
         )
 
 
@@ -118,6 +142,7 @@ class Verdict:
     ok: bool
     reason: str | None = None
     detail: str = ""
+    repetition_chars: int | None = None  # what the validator measured (Completion.repetition_chars)
 
 
 ACCEPTED = Verdict(ok=True)

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from .records import BadInput, Completion, Prompt, Turn
 
-SCHEMA_VERSION = 2  # 2: `turns` and `source_id` (conversations); version-1 RUN_DIRs still read
+SCHEMA_VERSION = 3  # 2: `turns` and `source_id` (conversations); 3: acceptance and repetition per turn
 
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
 TURN_TYPE = pa.struct(
@@ -32,6 +32,9 @@ TURN_TYPE = pa.struct(
         ("endpoint", pa.string()),
         ("latency_s", pa.float32()),
         ("attempts", pa.int16()),
+        ("spec_accept_length", pa.float32()),  # the server's speculative acceptance on this turn (null: none)
+        ("spec_verify_ct", pa.int32()),
+        ("repetition_chars", pa.int32()),  # the first verbatim repeating run's characters (pipeline/loops.py)
     ]
 )
 
@@ -55,6 +58,8 @@ BASE_FIELDS: list[pa.Field] = [
     pa.field("seed", pa.int64()),
     pa.field("created_at", pa.timestamp("us", tz="UTC")),
     pa.field("spec_accept_length", pa.float32()),
+    pa.field("spec_verify_ct", pa.int32()),
+    pa.field("repetition_chars", pa.int32()),
     pa.field("turns", pa.list_(TURN_TYPE)),  # every generated assistant turn, in order; the last is the row's own
     pa.field("source_id", pa.string()),  # the input id when generation.samples > 1, else null
     pa.field("tools", pa.string()),  # the row's tools as sent (a JSON list), null when it has none
@@ -129,6 +134,9 @@ def turn_row(turn: Turn) -> dict[str, Any]:
         "endpoint": turn.endpoint,
         "latency_s": turn.latency_s,
         "attempts": turn.attempts,
+        "spec_accept_length": turn.spec_accept_length,
+        "spec_verify_ct": turn.spec_verify_ct,
+        "repetition_chars": turn.repetition_chars,
     }
 
 
@@ -144,6 +152,9 @@ def turn_of(entry: Mapping[str, Any]) -> Turn:
         entry.get("endpoint") or "",
         entry.get("latency_s") or 0.0,
         entry.get("attempts") or 0,
+        entry.get("spec_accept_length"),
+        entry.get("spec_verify_ct"),
+        entry.get("repetition_chars"),
     )
 
 
@@ -168,6 +179,8 @@ def accepted_row(
         "seed": completion.seed,
         "created_at": _now_us(),
         "spec_accept_length": completion.spec_accept_length,
+        "spec_verify_ct": completion.spec_verify_ct,
+        "repetition_chars": completion.repetition_chars,
         "turns": [turn_row(t) for t in turns] if turns is not None else [turn_row(Turn.of(completion, attempts))],
         "source_id": prompt.source_id,
         "input_fingerprint": prompt.fingerprint,

@@ -1,6 +1,7 @@
 """The loop detector (pipeline/loops.py) on real text both ways: it passes every one of 120 real, complete
-long-chain-of-thought traces and catches the 80 real loops within ~6,000 characters of where their repeating run
-begins (../shared/traces, read in place); and on code-heavy text of our own, which repeats lines without looping."""
+long-chain-of-thought traces; its text rule finds the 80 real loops within ~6,000 characters of where their
+repeating run begins, and the guard stops each of them, run on to max_tokens, once 8,000 characters repeat
+(../shared/traces, read in place); and on code-heavy text of our own, which repeats lines without looping."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 
 from pipeline.loops import (
+    GUARD_KEEP,
+    GUARD_REPEAT,
     KEEP,
     KEY,
     MAX_PERIOD,
@@ -59,7 +62,11 @@ def _rows(name: str) -> list[dict[str, Any]]:
 
 def _streamed(text: str, seed: int) -> LoopGuard:
     """A guard fed `text` in pieces of 1-60 characters, as SSE deltas come, until it flags or the text ends."""
-    rng, guard, i = random.Random(seed), LoopGuard(), 0
+    return _streamed_by(text, seed, MIN_REPEAT)  # the text's rule (find_loop's): stricter than the guard's
+
+
+def _streamed_by(text: str, seed: int, least: int = GUARD_REPEAT) -> LoopGuard:
+    rng, guard, i = random.Random(seed), LoopGuard(least), 0
     while i < len(text) and guard.loop is None:
         k = rng.randint(1, 60)
         guard.feed(text[i : i + k])
@@ -79,13 +86,40 @@ def test_every_normal_trace_passes() -> None:
     assert flagged == []
 
 
+def _runaway(row: dict[str, Any], chars: int = 130_000) -> str:
+    """A looping trace as it would have gone on to max_tokens 32,768 (~130K characters): its unit, repeated on."""
+    text, period = row["reasoning"], row["loop_period_chars"]
+    unit = text[-period:]
+    return text + unit * ((chars - len(text)) // period + 1) if len(text) < chars else text
+
+
 @needs_traces
-def test_real_loops_are_caught_early() -> None:
+def test_real_loops_are_caught_by_the_guard_past_its_repetition() -> None:
+    """Each of the 80 real loops, run on to ~130K characters as it would have to max_tokens 32,768, is stopped by
+    the guard once GUARD_REPEAT characters repeat beyond its first unit, and not before: far short of the limit."""
+    rows = _rows("looping.jsonl")
+    distances = []
+    for i, row in enumerate(rows):
+        text = _runaway(row)
+        run_start = len(row["reasoning"]) - row["loop_run_chars"]
+        whole, guard = find_loop(text), _streamed_by(text, i)
+        assert whole is not None and guard.loop is not None, i
+        assert guard.loop.period == whole.period or whole.period % guard.loop.period == 0
+        assert guard.loop.length - guard.loop.period >= GUARD_REPEAT
+        distances.append(guard.chars - run_start)
+    assert max(distances) <= GUARD_REPEAT + 2 * 2700 + STRIDE + 60, max(distances)  # units up to 2,634 characters
+    assert statistics.median(distances) <= GUARD_REPEAT + 2 * STRIDE, distances
+    spent = [len(rows[i]["reasoning"]) - rows[i]["loop_run_chars"] + d for i, d in enumerate(distances)]
+    assert sum(spent) <= 0.2 * 130_000 * len(rows)  # >= 80% of a run to max_tokens saved
+
+
+@needs_traces
+def test_real_loops_are_caught_early_by_the_text_rule() -> None:
     rows = _rows("looping.jsonl")
     distances = []
     for i, row in enumerate(rows):
         text, run_start = row["reasoning"], len(row["reasoning"]) - row["loop_run_chars"]
-        whole, guard = find_loop(text), _streamed(text, i)
+        whole, guard = find_loop(text), _streamed_by(text, i, MIN_REPEAT)
         if whole is None or guard.loop is None:
             continue
         assert whole.at == min(len(text), (whole.at + STRIDE - 1) // STRIDE * STRIDE)  # a checkpoint or the end
@@ -188,9 +222,10 @@ def test_the_guard_holds_a_bounded_tail() -> None:
     for _ in range(20000):
         guard.feed(" ".join(rng.choice(words) for _ in range(4)) + ". ")
     assert guard.check() is None
-    assert len(guard._tail) <= KEEP and guard.chars > 10 * KEEP
-    assert guard.feed("x" * 5000) is not None  # then it loops (a unit of one character: 2,000 repeated)
-    assert guard.loop is not None and guard.loop.start > guard.chars - 5001 - 40
+    assert len(guard._tail) <= GUARD_KEEP and guard.chars > 10 * GUARD_KEEP
+    assert guard.feed("x" * 7000) is None  # a run of 7,000 (the model may end it)
+    assert guard.feed("x" * 2000) is not None  # then it loops: 8,000 repeated beyond its unit of one character
+    assert guard.loop is not None and guard.loop.start > guard.chars - 9001 - 40
 
 
 @needs_traces

@@ -8,7 +8,6 @@ is an error object (`{"object": "error"}`, an SSE error event) is that error, an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import time
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from .loop_guard import LoopStopped, StreamGuard
 from .reasoning import split_reasoning
 from .sse import ErrorEvent, InvalidStream, parse_stream
 from .transport import Reply, Resolver, Timeouts, Transport
+from .wire import Pieces, Wire
 
 CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint at once
 THINK_OPEN = "<think>"
@@ -168,15 +168,12 @@ class EndpointClient:
         body = self.payload(prompt, attempt, rid)
         data = orjson.dumps(body)
         started = time.monotonic()
-        parsed = await (self._stream(data, rid) if self.cfg.stream else self._once(data))
-        if not parsed["finish_reason"]:
+        wire = await (self._stream(data, rid, prompt) if self.cfg.stream else self._once(data))
+        if not wire.finish_reason:
             raise RetryableRequestError(f"{self.url}: the completion has no finish_reason (cut short?)")
-        completion = self._completion(parsed, body["seed"], time.monotonic() - started)
-        if parsed.get("loop_stopped"):
-            return dataclasses.replace(completion, loop_stopped=True)
-        return completion
+        return self._completion(wire, body["seed"], time.monotonic() - started)
 
-    async def _once(self, data: bytes) -> dict[str, Any]:
+    async def _once(self, data: bytes) -> Wire:
         reply = await self.session.request("POST", CHAT_PATH, body=data, timeouts=self._plain)
         _check_status(reply, self.url)
         try:
@@ -184,32 +181,25 @@ class EndpointClient:
         except orjson.JSONDecodeError as exc:
             raise RetryableRequestError(f"{self.url}: invalid JSON in a 200 response: {exc}") from None
         failures.raise_for_error_object(obj, self.url)
+        pieces = Pieces()
         try:
-            choice = obj["choices"][0]
-            message = choice["message"]
-            return {
-                "content": message.get("content") or "",
-                "reasoning": message.get("reasoning_content"),
-                "finish_reason": choice.get("finish_reason") or "",
-                "tool_calls": message.get("tool_calls") or [],
-                "usage": obj.get("usage") or {},
-                "model": obj.get("model") or "",
-            }
+            pieces.take_body(obj)
+            return pieces.result()
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise RetryableRequestError(f"{self.url}: not a chat completion in a 200 response: {exc!r}") from None
 
-    async def _stream(self, data: bytes, rid: str) -> dict[str, Any]:
+    async def _stream(self, data: bytes, rid: str, prompt: Prompt) -> Wire:
         """A streamed completion; with `client.loop_guard`, stopped once it loops (endpoints/loop_guard.py): the
         connection closed, the request aborted on the server by its rid, what had streamed returned."""
-        guard = StreamGuard() if self.cfg.loop_guard else None
+        guard = StreamGuard(exempt=prompt.text) if self.cfg.loop_guard else None
         try:
             reply = await self.session.request(
                 "POST", CHAT_PATH, body=data, timeouts=self._streamed, on_chunk=guard.take if guard else None
             )
-        except LoopStopped:
+        except LoopStopped as stopped:
             assert guard is not None
             await self.abort(rid)
-            return {**guard.partial(), "loop_stopped": True}
+            return guard.partial(stopped)
         except RetryableRequestError as exc:
             if failures.timed_out(exc):
                 await self.abort(rid)  # stalled or past its time: the server may still be decoding it
@@ -260,27 +250,24 @@ class EndpointClient:
             await asyncio.sleep(min(delay, max(0.0, until - loop.time())))
             delay = min(2 * delay, self.cfg.backoff_max_s)
 
-    def _completion(self, parsed: dict[str, Any], seed: int, latency: float) -> Completion:
-        usage = parsed["usage"]
-        reasoning, answer = split_reasoning(
-            parsed["content"], parsed["reasoning"], self.gen.thinking, self.server_version
-        )
-        rt = usage.get("reasoning_tokens")
-        if rt is None:
-            rt = ((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) or None
+    def _completion(self, wire: Wire, seed: int, latency: float) -> Completion:
+        reasoning, answer = split_reasoning(wire.content, wire.reasoning, self.gen.thinking, self.server_version)
         return Completion(
             reasoning=reasoning,
             answer=answer,
-            finish_reason=parsed["finish_reason"],
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
-            reasoning_tokens=rt,
-            model=parsed["model"] or self.gen.model,
+            finish_reason=wire.finish_reason,
+            prompt_tokens=wire.prompt_tokens,
+            completion_tokens=wire.completion_tokens,
+            reasoning_tokens=wire.reasoning_tokens,
+            model=wire.model or self.gen.model,
             endpoint=self.url,
             latency_s=latency,
             seed=seed,
-            spec_accept_length=parsed.get("spec_accept_length"),
-            tool_calls=tuple(parsed.get("tool_calls") or ()),
+            spec_accept_length=wire.spec_accept_length,
+            spec_verify_ct=wire.spec_verify_ct,
+            loop_stopped=wire.loop is not None,
+            tool_calls=wire.tool_calls,
+            loop_detail=wire.loop_detail,
         )
 
     async def check_health(self, timeout_s: float = 10.0) -> None:
@@ -308,7 +295,7 @@ def _check_status(reply: Reply, url: str) -> None:
     )
 
 
-def _parse_sse(body: bytes, url: str) -> dict[str, Any]:
+def _parse_sse(body: bytes, url: str) -> Wire:
     """The completion a chat stream's body adds up to (`sse.parse_stream`), its failures as our errors."""
     try:
         return parse_stream(body)

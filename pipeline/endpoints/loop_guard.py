@@ -5,8 +5,12 @@ bytes arrive, so a generation that falls into a loop is stopped there instead of
 the complete SSE events among them (SGLang's text events by their deltas alone, as `sse.parse_stream` does; any
 other event parsed whole, in one orjson call) and feeds them to one `LoopGuard` per field. Once either loops
 it raises `LoopStopped`, which leaves the response (the transport closes the connection: its body was not read to
-the end); the client then aborts the request on the server by its rid and returns what had streamed as a
-completion with `loop_stopped` set, which the validator rejects as `looping` and the dispatcher resamples.
+the end); the client then aborts the request on the server by its rid and returns what had streamed (`partial`, a
+`wire.Wire` built by the same `Pieces` as a whole stream's, with the guard's finding) as a completion with
+`loop_stopped` set, which the validator always rejects as `looping` and the dispatcher resamples.
+
+The guard stops only repetition no finished answer has (loops.GUARD_REPEAT: 8,000 characters beyond the first copy
+of the unit), and not a run the prompt holds whole (`exempt`: an answer copying a long run of its input).
 
 Cost: each event is parsed twice (here, and once more in `sse.parse_stream` when the stream ends normally), plus
 the guard's own check every 1 KB of text (BENCHMARKS.md "Loops"). A fast server's whole stream may arrive in one or
@@ -16,23 +20,25 @@ one-parse path. `client.loop_guard = false` turns the guard off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from ..loops import Loop, LoopGuard
-from .sse import Deltas, take_text_events
+from .sse import take_text_events
+from .wire import Pieces, Wire
 
 CHECK_BYTES = 8192  # SSE bytes between two parses (~1 KB of text at SGLang's ~150 bytes of framing per event)
 _LAST = b"\n\ndata: [DONE]"
 
 
 class LoopStopped(Exception):
-    """The stream loops: stop reading it."""
+    """The stream loops: stop reading it. `field` is the text that loops ("reasoning" or "answer")."""
 
-    def __init__(self, loop: Loop):
-        super().__init__(f"loops from char {loop.start}")
-        self.loop = loop
+    def __init__(self, loop: Loop, field: str):
+        super().__init__(f"{field} loops from char {loop.start}")
+        self.loop, self.field = loop, field
 
 
 def _events(events: bytes) -> list[Any] | None:
@@ -64,17 +70,17 @@ def _frames_end(buffer: bytearray) -> int:
 
 
 class StreamGuard:
-    """One streamed chat completion's text, guarded as it arrives."""
+    """One streamed chat completion's text, guarded as it arrives. `exempt` gives the prompt's text (asked for only
+    when a loop is found)."""
 
-    __slots__ = ("_buffer", "_off", "answer", "answer_parts", "model", "reasoning", "reasoning_parts")
+    __slots__ = ("_buffer", "_fed", "_off", "answer", "pieces", "reasoning")
 
-    def __init__(self) -> None:
+    def __init__(self, exempt: Callable[[], str] | None = None) -> None:
         self._buffer = bytearray()
         self._off = False  # an event it could not read: the stream's own parse judges the stream, unguarded
-        self.reasoning, self.answer = LoopGuard(), LoopGuard()
-        self.reasoning_parts: list[str] = []
-        self.answer_parts: list[str] = []
-        self.model = ""
+        self.reasoning, self.answer = LoopGuard(exempt=exempt), LoopGuard(exempt=exempt)
+        self.pieces = Pieces()  # what has streamed so far, as the whole stream's parse takes it
+        self._fed = [0, 0]  # reasoning and content pieces already fed to their guard
 
     def take(self, piece: bytes) -> None:
         """The transport's `on_chunk`. Raises LoopStopped once the reasoning or the answer loops."""
@@ -91,53 +97,27 @@ class StreamGuard:
         frames = bytes(self._buffer[:end])
         del self._buffer[:end]
         # SGLang's text events, by their deltas alone (sse.take_text_events); whatever else, parsed whole
-        taken = Deltas()
-        rest = take_text_events(frames, taken)
+        rest = take_text_events(frames, self.pieces)
         parsed = _events(rest.rstrip(b"\r\n")) if rest else []
         if parsed is None:
             self._off = True
             return
-        if taken.model:
-            self.model = taken.model
-        self._take_text(taken.reasoning, taken.content)
-        for event in parsed:
-            self._take_event(event)
-        loop = self.reasoning.loop or self.answer.loop
-        if loop is not None:
-            raise LoopStopped(loop)
+        self.pieces.take(event for event in parsed if isinstance(event, dict))
+        self._feed()
+        if self.reasoning.loop is not None:
+            raise LoopStopped(self.reasoning.loop, "reasoning")
+        if self.answer.loop is not None:
+            raise LoopStopped(self.answer.loop, "answer")
 
-    def _take_text(self, thoughts: list[Any], texts: list[Any]) -> None:
-        for thought in thoughts:
-            if type(thought) is str:
-                self.reasoning_parts.append(thought)
-                self.reasoning.feed(thought)
-        for text in texts:
-            if type(text) is str:
-                self.answer_parts.append(text)
-                self.answer.feed(text)
+    def _feed(self) -> None:
+        thoughts, texts = self.pieces.reasoning, self.pieces.content
+        for thought in thoughts[self._fed[0] :]:
+            self.reasoning.feed(thought)
+        for text in texts[self._fed[1] :]:
+            self.answer.feed(text)
+        self._fed = [len(thoughts), len(texts)]
 
-    def _take_event(self, event: Any) -> None:
-        if not isinstance(event, dict):
-            return
-        if isinstance(event.get("model"), str):
-            self.model = event["model"]
-        for choice in event.get("choices") or ():
-            delta = (choice.get("delta") if isinstance(choice, dict) else None) or {}
-            if isinstance(thought := delta.get("reasoning_content"), str) and thought:
-                self.reasoning_parts.append(thought)
-                self.reasoning.feed(thought)
-            if isinstance(text := delta.get("content"), str) and text:
-                self.answer_parts.append(text)
-                self.answer.feed(text)
-
-    def partial(self) -> dict[str, Any]:
-        """What had streamed when it was stopped, in the shape `sse.parse_stream` gives: finish_reason `abort`
-        (what SGLang reports for an aborted request), no usage (the server never sent it)."""
-        return {
-            "content": "".join(self.answer_parts),
-            "reasoning": "".join(self.reasoning_parts) or None,
-            "finish_reason": "abort",
-            "tool_calls": [],
-            "usage": {},
-            "model": self.model,
-        }
+    def partial(self, stopped: LoopStopped) -> Wire:
+        """What had streamed when it was stopped: finish_reason `abort` (what SGLang reports for an aborted
+        request), no usage (the server never sent it), and the guard's finding."""
+        return self.pieces.result(finish_reason="abort", loop=stopped.loop, loop_field=stopped.field)

@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from .wire import Pieces, Wire
+
 _EVENT, _NEXT, _DONE = b"data: ", b"\n\ndata: ", b"data: [DONE]"
 
 
@@ -37,21 +39,20 @@ class ErrorEvent(Exception):
         self.status, self.message = status, message
 
 
-def parse_stream(body: bytes) -> dict[str, Any]:
-    """The completion a chat stream's body adds up to: {content, reasoning, finish_reason, usage, model}.
-    What follows `[DONE]` is ignored."""
-    deltas = Deltas()
-    body = take_text_events(body, deltas)
+def parse_stream(body: bytes) -> Wire:
+    """The completion a chat stream's body adds up to (wire.Wire). What follows `[DONE]` is ignored."""
+    pieces = Pieces()
+    body = take_text_events(body, pieces)
     events, done = _framed(body), True
     if events is None:
         events, done = _line_by_line(body)
-    deltas.take(events)  # an error event is what to report, whether the stream then ended properly or not
+    take_events(events, pieces)  # an error event is what to report, whether the stream then ended properly or not
     if not done:
         raise InvalidStream("stream ended without [DONE]")
-    return deltas.result()
+    return pieces.result()
 
 
-def take_text_events(body: bytes, deltas: Deltas) -> bytes:
+def take_text_events(body: bytes, pieces: Pieces) -> bytes:
     """Take the leading run of events that are the first event but for their delta, by one split into frames and
     one parse of the deltas alone; return what is left of the body (from the first other event) for a full parse.
 
@@ -92,12 +93,9 @@ def take_text_events(body: bytes, deltas: Deltas) -> bytes:
         return body
     if len(taken) != run or not all(type(d) is dict for d in taken):
         return body
-    deltas.content += [t for d in taken if (t := d.get("content"))]
-    deltas.reasoning += [t for d in taken if (t := d.get("reasoning_content"))]
-    for piece in (piece for d in taken if "tool_calls" in d for piece in d["tool_calls"] or ()):
-        deltas.add_call(piece)
-    if not deltas.model and isinstance(event.get("model"), str):
-        deltas.model = event["model"]
+    pieces.take_deltas(taken)
+    if not pieces.model and isinstance(event.get("model"), str) and event["model"]:
+        pieces.model = event["model"]
     return _EVENT + _NEXT.join(frames[run:]) if run < len(frames) else b""
 
 
@@ -153,64 +151,12 @@ def _parse(payloads: list[bytes]) -> list[dict[str, Any]]:
     return events
 
 
-class Deltas:
-    """The pieces of one streamed completion, taken from its parsed events in order."""
-
-    __slots__ = ("content", "finish_reason", "model", "reasoning", "tool_calls", "usage")
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.finish_reason = ""
-        self.tool_calls: dict[int, dict[str, Any]] = {}  # index -> the call its pieces add up to
-        self.usage: dict[str, Any] = {}
-        self.model = ""
-
-    def take(self, events: Iterable[dict[str, Any]]) -> None:
-        for event in events:
-            if "error" in event or event.get("object") == "error":
-                err = event.get("error", event)
-                code = err.get("code") if isinstance(err, dict) else None
-                message = err.get("message") if isinstance(err, dict) else str(err)
-                raise ErrorEvent(int(code) if isinstance(code, int) else 500, str(message))
-            model, usage = event.get("model"), event.get("usage")
-            if model:
-                self.model = model
-            if usage:
-                self.usage = usage
-            for choice in event.get("choices") or ():
-                delta = choice.get("delta") or {}
-                text, thought, finish = (
-                    delta.get("content"),
-                    delta.get("reasoning_content"),
-                    choice.get("finish_reason"),
-                )
-                if text:
-                    self.content.append(text)
-                if thought:
-                    self.reasoning.append(thought)
-                if finish:
-                    self.finish_reason = finish
-                for piece in delta.get("tool_calls") or ():
-                    self.add_call(piece)
-
-    def add_call(self, piece: dict[str, Any]) -> None:
-        """One `delta.tool_calls` entry: a call's id, name and first arguments, or more of its arguments."""
-        call = self.tool_calls.setdefault(piece.get("index") or 0, {"type": "function", "function": {}})
-        if piece.get("id"):
-            call["id"] = piece["id"]
-        function = piece.get("function") or {}
-        if function.get("name"):
-            call["function"]["name"] = function["name"]
-        arguments = call["function"].get("arguments", "") + (function.get("arguments") or "")
-        call["function"]["arguments"] = arguments
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "content": "".join(self.content),
-            "reasoning": "".join(self.reasoning) if self.reasoning else None,
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "model": self.model,
-            **({"tool_calls": [self.tool_calls[i] for i in sorted(self.tool_calls)]} if self.tool_calls else {}),
-        }
+def take_events(events: Iterable[dict[str, Any]], pieces: Pieces) -> None:
+    """A stream's parsed events into `pieces`; an error event raises ErrorEvent, whatever came before it."""
+    for event in events:
+        if "error" in event or event.get("object") == "error":
+            err = event.get("error", event)
+            code = err.get("code") if isinstance(err, dict) else None
+            message = err.get("message") if isinstance(err, dict) else str(err)
+            raise ErrorEvent(int(code) if isinstance(code, int) else 500, str(message))
+    pieces.take(events)

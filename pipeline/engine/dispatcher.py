@@ -168,7 +168,9 @@ class Dispatcher:
                 continue
             t.attempts += 1
             self._learn_chars_per_token(completion)
-            verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking)
+            verdict = validate(completion, self.cfg.validate, self.cfg.generation.thinking, prompt)
+            if verdict.repetition_chars is not None:
+                completion = dataclasses.replace(completion, repetition_chars=verdict.repetition_chars)
             if verdict.ok:
                 return completion, Turn.of(completion, t.attempts)
             t.last, t.reason, t.detail = completion, verdict.reason or "invalid", verdict.detail
@@ -184,7 +186,7 @@ class Dispatcher:
 
     def _loops_counted(self, completion: Completion) -> bool:
         """Whether a truncated completion ran to max_tokens in a loop (the guard off): a looping one all the same."""
-        return self.cfg.validate.reject_looping and bool(looping(completion))
+        return self.cfg.validate.reject_looping != "off" and bool(looping(completion))
 
     def _learn_chars_per_token(self, completion: Completion) -> None:
         if completion.completion_tokens:

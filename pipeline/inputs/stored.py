@@ -25,6 +25,7 @@ import orjson
 
 from .. import conversation
 from ..records import Completion
+from ..validator import STORED
 from .input_files import Row, arrow_rows, json_array_rows, jsonl_rows, parquet_rows
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
@@ -46,8 +47,9 @@ class StoredTurn:
     missing: bool = False
 
     def completion(self) -> Completion:
-        """The turn as the validators see a completion: an unterminated `<think>` is finish_reason `length`."""
-        return Completion(self.reasoning, self.answer, "length" if self.truncated else "stop")
+        """The turn as the validators see a completion: an unterminated `<think>` is finish_reason `length`; any
+        other is `validator.STORED` (how it ended is not stored: one that ends in its loop ran to the limit)."""
+        return Completion(self.reasoning, self.answer, "length" if self.truncated else STORED)
 
 
 def fingerprint(messages: Sequence[Mapping[str, Any]], positions: Sequence[int]) -> str:
