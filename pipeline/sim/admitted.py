@@ -80,8 +80,7 @@ class Admitted:
         self.sim.stats.cancelled += 1
         decoded = self.limit if self.job is None else int(self.job.generated)  # (instant mode: all of it)
         self.sim.stats.cancelled_tokens += decoded
-        if self.plan.loops:
-            self.sim.stats.looped(decoded)
+        self.sim.stats.ended(decoded, self.plan.looping, self.plan.script is not None)
 
     def _detach(self) -> bool:
         """The client of a non-streaming request went away. SGLang looks for that only after `disconnect_check_s`
@@ -114,8 +113,8 @@ class Admitted:
             async for point in self._engine_progress(self.job):
                 yield point
             return
-        step = max(1, self.sim.config.stream_chunk_tokens)
         trickle = self.sim.config.trickle_s
+        step = self._step(paced=trickle > 0 or self.fault in ("stall", "reset", "invalid_json"))
         stall_at = max(0, min(2 * step, self.limit - 1)) if self.fault == "stall" else None
         sent = 0
         for t in range(step, self.limit + step, step):
@@ -138,6 +137,15 @@ class Admitted:
             return
         self.stopped_at = sent
         yield sent, True
+
+    def _step(self, paced: bool) -> int:
+        """Tokens per flush of an instant stream. With --stream-chunk-chars the deltas are cut by characters
+        (protocol.pieces): a stream written whole in one go needs one point; a paced one, or one a fault breaks after
+        its first deltas, about a delta a point."""
+        chars = self.sim.config.stream_chunk_chars
+        if chars <= 0:
+            return max(1, self.sim.config.stream_chunk_tokens)
+        return -(-chars // text.CHARS_PER_TOKEN) if paced else max(1, self.limit)
 
     async def _engine_progress(self, job: Job) -> AsyncIterator[tuple[int, bool]]:
         engine, sent = self.sim.engine, -1
@@ -162,8 +170,7 @@ class Admitted:
             self.sim.stats.cancelled_tokens += outcome.tokens
         else:
             self.sim.stats.generated(self.key, self.req.rid, self.req.prompt_tokens, outcome.tokens)
-        if self.plan.loops:
-            self.sim.stats.looped(outcome.tokens)
+        self.sim.stats.ended(outcome.tokens, self.plan.looping, self.plan.script is not None)
 
     def _extras(self, outcome: p.Outcome, meta: bool) -> dict[str, Any]:
         sim, req = self.sim, self.req
@@ -233,23 +240,23 @@ class Admitted:
         )
         # Instant streams go out in one write; timed, trickled and stalled ones flush every event.
         paced = self.job is not None or self.fault == "stall" or self.sim.config.trickle_s > 0
-        buffered = b""
+        buffered: list[bytes] = []
         broken = self.fault in ("reset", "invalid_json")
         count = 0
         try:
             async for events, final in render():
-                buffered += events
+                buffered.append(events)
                 count += 1
                 if broken and count >= 2:
                     if self.fault == "reset":
-                        await response.write(buffered)
+                        await response.write(b"".join(buffered))
                         _abort_transport(request)
                         return response
-                    await response.write(buffered[:-7] + b"\n\n" + p.DONE)  # a cut-off JSON event
+                    await response.write(b"".join(buffered)[:-7] + b"\n\n" + p.DONE)  # a cut-off JSON event
                     return response
                 if paced or final:
-                    await response.write(buffered)
-                    buffered = b""
+                    await response.write(b"".join(buffered))
+                    buffered.clear()
             await response.write_eof()
         except asyncio.CancelledError:
             self._cancelled()
@@ -259,7 +266,7 @@ class Admitted:
         return response
 
     async def _chat_events(self) -> AsyncIterator[tuple[bytes, bool]]:
-        chunks = p.ChatChunks(self.req, self.rid, self.created, self.sim.old_shape)
+        chunks = p.ChatChunks(self.req, self.rid, self.created, self.sim.old_shape, self.sim.config.stream_chunk_chars)
         yield chunks.role(), False
         async for tokens, finished in self._progress():
             out = chunks.deltas(self.plan, tokens, finished)
@@ -273,27 +280,22 @@ class Admitted:
             yield out, finished
 
     async def _completion_events(self) -> AsyncIterator[tuple[bytes, bool]]:
-        sent = 0
+        sent, chars = 0, self.sim.config.stream_chunk_chars
+        head = {"id": self.rid, "object": "text_completion", "created": self.created, "model": self.req.model}
         async for tokens, finished in self._progress():
             _, content = p.split(self.req, self.plan, tokens)
+            texts = p.pieces(content, sent, chars, finished) or [""]
+            sent += sum(map(len, texts))
             outcome = self._outcome() if finished else None
-            choice = {
-                "index": 0,
-                "text": content[sent:],
-                "logprobs": None,
-                "finish_reason": outcome.finish if outcome else None,
-                "matched_stop": outcome.matched_stop if outcome else None,
-            }
-            sent = len(content)
-            head = {"id": self.rid, "object": "text_completion", "created": self.created, "model": self.req.model}
-            out = p.sse({**head, "choices": [choice]})
+            out = [p.sse({**head, "choices": [_completion_choice(piece, None)]}) for piece in texts[:-1]]
+            out.append(p.sse({**head, "choices": [_completion_choice(texts[-1], outcome)]}))
             if outcome is not None:
                 self._record(outcome)
                 if self.req.include_usage:
                     usage = {k: v for k, v in self._extras(outcome, False)["usage"].items() if v is not None}
-                    out += p.sse({**head, "choices": [], "usage": usage})
-                out += p.DONE
-            yield out, finished
+                    out.append(p.sse({**head, "choices": [], "usage": usage}))
+                out.append(p.DONE)
+            yield b"".join(out), finished
 
     async def _generate_events(self) -> AsyncIterator[tuple[bytes, bool]]:
         async for tokens, finished in self._progress():
@@ -306,6 +308,16 @@ class Admitted:
                 meta = {"id": self.rid, "finish_reason": None, "completion_tokens": tokens}
             out = p.sse({"text": content, "output_ids": p.output_ids(self.seed, tokens), "meta_info": meta})
             yield out + (p.DONE if finished else b""), finished
+
+
+def _completion_choice(piece: str, outcome: p.Outcome | None) -> dict[str, Any]:
+    return {
+        "index": 0,
+        "text": piece,
+        "logprobs": None,
+        "finish_reason": outcome.finish if outcome else None,
+        "matched_stop": outcome.matched_stop if outcome else None,
+    }
 
 
 def _abort_transport(request: web.Request) -> None:

@@ -91,6 +91,8 @@ class SimConfig:
     batch_half: float | None = None  # per-request speed ∝ 1/(batch + batch_half); None = max_running/4
     spec_accept_length: float | None = None  # mean accept length; None = 1 + 0.6 * (draft tokens - 1)
     stream_chunk_tokens: int = 8  # tokens per SSE chunk when generation is instant
+    stream_chunk_chars: int = 0  # >0: every chat/completions stream delta carries this many characters (the last less)
+    replies: str | None = None  # JSONL of scripted replies (prompt → reasoning, content): replies.py
     stream_interval_s: float = 0.02  # how often a timed stream flushes new tokens
     old_stream_shape: bool = False  # the 0.5.9 chunk shape (usage: null on every chunk); implied by version 0.5.9
     # lifecycle
@@ -190,6 +192,16 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _count(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count: {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"count must be at least 0, got {raw}")
+    return value
+
+
 def _bool_flag(parser: argparse._ActionsContainer, flag: str, help_text: str) -> None:
     parser.add_argument(flag, action="store_true", default=None, help=help_text)
 
@@ -253,6 +265,20 @@ def _add_simulator_flags(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--mean-output-tokens", type=int, help="mean completion length before max_tokens (default 1500)")
     s.add_argument("--seed", type=int, help="seed for output lengths, text and faults (default 0)")
     s.add_argument("--spec-accept-length", type=float, help="mean speculative accept length")
+    s.add_argument(
+        "--replies",
+        metavar="FILE",
+        help='JSONL of scripted replies, one per line: {"prompt": ..., "reasoning": ... or null, "content": '
+        '..., "finish_reason": "stop" or "length"}; a chat request whose last user message is a prompt gets '
+        "exactly that reply",
+    )
+    s.add_argument(
+        "--stream-chunk-chars",
+        type=_count,
+        metavar="N",
+        help="stream deltas of N characters each (the last of the reasoning and of the content shorter) instead of "
+        "a few tokens' worth (default 0: tokens)",
+    )
     _bool_flag(s, "--old-stream-shape", "emit the 0.5.9 SSE chunk shape (usage: null on every chunk)")
     s.add_argument("--slow-start", type=float, help="seconds the port stays closed, as while loading weights")
     s.add_argument("--warmup", type=float, help="seconds /health answers 503 after the port opens")

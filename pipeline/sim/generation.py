@@ -19,6 +19,7 @@ from . import protocol as p
 from . import text
 from .admitted import Admitted, json_response
 from .engine import Job, QueueFull
+from .replies import scripted
 from .state import Inflight, Sim
 from .tool_calls import tool_call_for
 
@@ -154,10 +155,14 @@ def _plan(sim: Sim, req: p.GenRequest, fault: str | None) -> tuple[text.Plan, in
     seed = sim.plan_seed(req.messages, req.sampling_key)
     if fault == "empty":
         return text.EMPTY_PLAN, seed
-    plan = text.make_plan(seed, sim.config.mean_output_tokens, req.thinking)
+    script = scripted(sim.replies, req.messages) if sim.replies and req.route == "chat" else None
+    if script is not None:  # its own texts; it says itself whether it loops (no --loop-share draw)
+        plan = text.scripted_plan(script, req.thinking)
+    else:
+        plan = text.make_plan(seed, sim.config.mean_output_tokens, req.thinking)
     if fault == "answer_in_reasoning" and plan.thinking:
         plan = text.with_answer_in_reasoning(plan)
-    elif plan.thinking and text.loop_drawn(seed, sim.config.loop_share):
+    elif plan.thinking and script is None and text.loop_drawn(seed, sim.config.loop_share):
         plan = text.with_loop(plan, seed)
         sim.stats.faults["loop"] += 1
     return plan, seed
@@ -182,7 +187,7 @@ async def _generate(
         req.tool_parser = sim.resolved.get("tool_call_parser") is not None
         sim.stats.faults["tool_call"] += 1
     natural = plan.natural_tokens
-    limit = natural if req.max_new_tokens is None else min(natural, req.max_new_tokens)
+    limit = plan.limit(req.max_new_tokens)
     cached = sim.prefix_cache.lookup(req.messages, req.prompt_tokens)
     # A stalled request holds no decode slot: the stuck part is the server, not the batch.
     job = None if fault == "stall" else _submit(sim, limit, req.prompt_tokens - cached)

@@ -468,13 +468,26 @@ def sse(obj: Any) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-class ChatChunks:
-    """Builds the chat SSE events in 0.5.23 order (role, reasoning, content, finish, usage) or the 0.5.9 shape."""
+def pieces(text_: str, sent: int, chars: int, complete: bool) -> list[str]:
+    """The deltas that send `text_` past its first `sent` characters: all of it in one, or with `chars` > 0 pieces of
+    `chars` characters, a shorter tail held back until the text is `complete`."""
+    new = text_[sent:]
+    if chars <= 0:
+        return [new] if new else []
+    end = len(new) if complete else len(new) - len(new) % chars
+    return [new[i : i + chars] for i in range(0, end, chars)]
 
-    def __init__(self, req: GenRequest, rid: str, created: int, old_shape: bool) -> None:
+
+class ChatChunks:
+    """Builds the chat SSE events in 0.5.23 order (role, reasoning, content, finish, usage) or the 0.5.9 shape.
+    With `chunk_chars` every delta carries that many characters (the last of the reasoning and of the content
+    fewer)."""
+
+    def __init__(self, req: GenRequest, rid: str, created: int, old_shape: bool, chunk_chars: int = 0) -> None:
         self.req, self.rid, self.created, self.old = req, rid, created, old_shape
-        self.sent_reasoning = ""
-        self.sent_content = ""
+        self.chunk_chars = chunk_chars
+        self.sent_reasoning = 0  # characters sent
+        self.sent_content = 0
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> dict[str, Any]:
         if self.old:
@@ -499,18 +512,19 @@ class ChatChunks:
         """Events for everything generated up to `tokens` not yet sent (reasoning held back if not streamed)."""
         reasoning, content = split(self.req, plan, tokens)
         reasoning = reasoning or ""
-        out = b""
+        out: list[bytes] = []
         hold = not self.req.stream_reasoning and not content and not final
-        if len(reasoning) > len(self.sent_reasoning) and not hold:
-            out += sse(self._chunk({"reasoning_content": reasoning[len(self.sent_reasoning) :]}))
-            self.sent_reasoning = reasoning
+        if len(reasoning) > self.sent_reasoning and not hold:
+            for piece in pieces(reasoning, self.sent_reasoning, self.chunk_chars, final or bool(content)):
+                out.append(sse(self._chunk({"reasoning_content": piece})))
+                self.sent_reasoning += len(piece)
         if self.req.tool_call is not None:
             content = ""  # a call is sent whole at the finish (tool_calls, or its text without a parser)
-        if len(content) > len(self.sent_content):
-            delta = {"reasoning_content": None, "content": content[len(self.sent_content) :]}
-            out += sse(self._chunk(delta))
-            self.sent_content = content
-        return out
+        if len(content) > self.sent_content:
+            for piece in pieces(content, self.sent_content, self.chunk_chars, final):
+                out.append(sse(self._chunk({"reasoning_content": None, "content": piece})))
+                self.sent_content += len(piece)
+        return b"".join(out)
 
     def finish(self, outcome: Outcome) -> bytes:
         if self.req.tool_call is not None and outcome.finish == "stop":

@@ -33,6 +33,7 @@ from .config import SimConfig
 from .engine import Engine, Job
 from .faults import FaultPlan, in_burst
 from .prefix_cache import PrefixCache
+from .replies import load_replies
 from .stats import Stats
 
 MAX_TOTAL_NUM_TOKENS = 1_048_576
@@ -105,6 +106,7 @@ class Sim:
             p_invalid_json=config.p_invalid_json,
             p_stall=config.p_stall,
         )
+        self.replies = load_replies(config.replies) if config.replies else {}  # prompt → script (--replies)
         self.stats = Stats()
         self.old_shape = config.old_stream_shape or self.v < STREAM_CHUNKS_MSGSPEC
         self.spec = resolved.get("speculative_algorithm")

@@ -41,6 +41,8 @@ class Stats:
         self.looping_generations = 0  # generations of the loop fault that ended (ran to max_tokens, or stopped)
         self.looping_tokens = 0  # tokens they decoded, the ones aborted early included: what loops cost the GPU
         self.cancelled_tokens = 0  # tokens decoded by generations that were then aborted (not in generation_tokens)
+        self.scripted_generations = 0  # generations of scripted replies (--replies) that ended, aborted ones included
+        self.scripted_tokens = 0  # tokens they decoded
 
     def received(self, key: str, rid: str | None) -> int:
         """Count a request; returns its attempt number for this prompt (0-based)."""
@@ -62,10 +64,14 @@ class Stats:
         if rid is not None:
             self.generations_by_rid[rid] += 1
 
-    def looped(self, tokens: int) -> None:
-        """A looping generation ended after decoding `tokens` tokens."""
-        self.looping_generations += 1
-        self.looping_tokens += tokens
+    def ended(self, tokens: int, looping: bool, scripted: bool) -> None:
+        """A generation ended (completed or aborted) after decoding `tokens`: count it as a loop, as scripted."""
+        if looping:
+            self.looping_generations += 1
+            self.looping_tokens += tokens
+        if scripted:
+            self.scripted_generations += 1
+            self.scripted_tokens += tokens
 
     def snapshot(self, log: bool = False) -> dict[str, Any]:
         """The counters; with `log`, also each prompt key's generations as [rid, wall time] pairs (where a duplicate
@@ -86,5 +92,6 @@ class Stats:
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
             "looping": {"generations": self.looping_generations, "tokens": self.looping_tokens},
+            "scripted": {"generations": self.scripted_generations, "tokens": self.scripted_tokens},
             "cancelled_tokens": self.cancelled_tokens,
         }

@@ -3,7 +3,9 @@
 A generation is a plan of tokens: `reasoning_tokens` of thinking, one `</think>` token, `content_tokens` of answer,
 then EOS. Every ordinary token is exactly 4 characters, so payload sizes are real (about 4 characters per token)
 and a prefix of `n` tokens is a string slice. The text comes from one precomputed block of sentences, so producing
-even a long trace costs a slice and a concatenation, never a Python loop per word.
+even a long trace costs a slice and a concatenation, never a Python loop per word. A scripted plan (`--replies`,
+replies.py) slices given texts instead, 4 characters per token but its last token of each part shorter, never
+padded: what is sent is exactly the script.
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ def count_prompt_tokens(messages: Any) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Script:
+    """Given texts a plan emits instead of the text block's (a scripted reply, replies.py)."""
+
+    reasoning: str  # the thinking ("" for an empty think block)
+    content: str  # the answer after </think>
+    ends: bool = True  # False: the text is what came out before max_tokens (finish "length"), no EOS after it
+    loops: bool = False  # counted as a loop in /_sim/stats (`looping`), as the loop fault is
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """What the model will emit for one request if nothing stops it.
 
@@ -119,18 +131,34 @@ class Plan:
     loop_at: int = -1  # the loop fault: thinking falls into repeating one unit from this token on (-1: never)
     loop_chars: int = 0  # ... a unit of this many characters ...
     loop_from: int = 0  # ... taken from the text block at this sentence index
+    script: Script | None = None  # the texts of a scripted reply, sliced instead of the block
 
     @property
     def loops(self) -> bool:
         return self.loop_at >= 0
 
     @property
+    def looping(self) -> bool:
+        """Whether `/_sim/stats` counts it under `looping`: the loop fault, or a script that says it loops."""
+        return self.loop_at >= 0 or (self.script is not None and self.script.loops)
+
+    @property
     def natural_tokens(self) -> int:
-        """Tokens until and including EOS (a looping plan never ends: it runs to max_tokens)."""
+        """Tokens until and including EOS (a looping plan never ends: it runs to max_tokens; a script cut by length
+        would need its EOS after the text, which it never reaches)."""
         if self.loops:
             return LOOP_TOKENS
         closes = self.thinking and not self.answer_in_reasoning
         return self.reasoning_tokens + (1 if closes else 0) + self.content_tokens + 1
+
+    def limit(self, max_new_tokens: int | None) -> int:
+        """Tokens decoded under `max_new_tokens`: through EOS, or to the cap, or (a script cut by length) to the
+        end of its text, finishing "length" there."""
+        natural = self.natural_tokens
+        if self.script is not None and not self.script.ends:  # no EOS, and no </think> if no answer followed it
+            closes = self.thinking and not self.answer_in_reasoning and self.content_tokens > 0
+            natural = self.reasoning_tokens + (1 if closes else 0) + self.content_tokens
+        return natural if max_new_tokens is None else min(natural, max_new_tokens)
 
     @property
     def reasoning(self) -> str:
@@ -147,7 +175,10 @@ class Plan:
         if self.loops:
             return self._looping_text(tokens)
         own = min(tokens, self.reasoning_tokens)
-        out = _slice(self.reasoning_at, own * CHARS_PER_TOKEN)
+        if self.script is not None:
+            out = self.script.reasoning[: own * CHARS_PER_TOKEN]
+        else:
+            out = _slice(self.reasoning_at, own * CHARS_PER_TOKEN)
         if tokens > own and self.answer_in_reasoning:
             out += self.content_text(tokens - own)
         return out
@@ -166,6 +197,8 @@ class Plan:
         n = min(tokens, self.content_tokens) * CHARS_PER_TOKEN
         if n <= 0:
             return ""
+        if self.script is not None:
+            return self.script.content[:n]  # never padded: the last token may be shorter
         head = f"\n\nThe answer is {self.answer_number}. "
         if n <= len(head):
             return head[:n]
@@ -187,6 +220,20 @@ def make_plan(seed: int, mean_tokens: int, thinking: bool) -> Plan:
     content_tokens = max(10, min(400, total // 10))
     reasoning_tokens = max(1, total - content_tokens)
     return Plan(reasoning_tokens, content_tokens, True, False, seed, seed >> 7, answer_number)
+
+
+def scripted_plan(script: Script, thinking: bool) -> Plan:
+    """The plan of a scripted reply: its texts at 4 characters per token (rounded up). Thinking, the reasoning then
+    `</think>` (closed even when the reasoning is empty; a script cut by length with no content stops inside its
+    think block); not thinking, the content alone (there is no think block to put the reasoning in)."""
+    content = _tokens(script.content)
+    if not thinking:
+        return Plan(0, content, False, script=dataclasses.replace(script, reasoning=""))
+    return Plan(_tokens(script.reasoning), content, True, script=script)
+
+
+def _tokens(chars: str) -> int:
+    return -(-len(chars) // CHARS_PER_TOKEN)
 
 
 _SIGMA = 0.6
