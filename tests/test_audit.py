@@ -156,9 +156,12 @@ def test_no_thinking_does_not_ask_for_reasoning() -> None:
     assert audit_row(row, AuditOptions(thinking=True)).reasons() == ["empty_reasoning"]
     assert not audit_row(row, AuditOptions(thinking=False)).failing
     looping = {"messages": [row["messages"][0], {"role": "assistant", "content": "one two three four " * 40}]}
-    opts = AuditOptions(thinking=False, validate=ValidateConfig(max_repetition=0.5, reject_looping=False))
+    opts = AuditOptions(thinking=False, validate=ValidateConfig(max_repetition=0.5))
     assert audit_row(looping, opts).reasons() == ["degenerate_repetition"]
-    assert audit_row(looping, AuditOptions(thinking=False)).reasons() == ["looping"]  # on by default
+    # 760 characters of one phrase, then the answer ends: by default repetition a model may have ended itself
+    assert not audit_row(looping, AuditOptions(thinking=False)).failing
+    strict = AuditOptions(thinking=False, validate=ValidateConfig(reject_looping="any"))
+    assert audit_row(looping, strict).reasons() == ["looping"]
 
 
 @pytest.mark.parametrize(

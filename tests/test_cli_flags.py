@@ -99,7 +99,7 @@ def test_inspect_html_writes_the_report(run: Path, tmp_path: Path, capsys: Captu
 def test_validate_set_and_quarantine(run: Path, capsys: Capture) -> None:
     code, report = regen_json(capsys, "validate", str(run))
     assert code == 1 and report["failed_by_reason"] == {"answer_in_reasoning": 20, "looping": 10}
-    code, report = regen_json(capsys, "validate", str(run), "--set", "reject_looping=false")
+    code, report = regen_json(capsys, "validate", str(run), "--set", 'reject_looping="off"')
     assert code == 1 and report["failed_by_reason"] == {"answer_in_reasoning": 20}
     shards, rejects = Counter(ids_in(run / "shards")), Counter(ids_in(run / "rejects"))
     code, report = regen_json(capsys, "validate", str(run), "--quarantine")

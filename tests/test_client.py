@@ -5,6 +5,7 @@ import pytest
 
 from pipeline.config import GenerationConfig
 from pipeline.endpoints.client import _parse_sse, build_payload_base, request_seed
+from pipeline.endpoints.wire import Wire
 from pipeline.endpoints.reasoning import split_reasoning
 from pipeline.errors import RetryableRequestError
 
@@ -55,7 +56,7 @@ def _sse(events: list[object], done: bool = True, eol: bytes = b"\n") -> bytes:
     return body + (b"data: [DONE]" + eol + eol if done else b"")
 
 
-def _read(raw: bytes) -> dict[str, Any]:
+def _read(raw: bytes) -> Wire:
     return _parse_sse(raw, "http://sim")
 
 
@@ -71,13 +72,13 @@ _EVENTS: list[object] = [
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["lf", "crlf"])
 def test_sse_reads_the_same_whatever_the_line_ends(eol: bytes) -> None:
     out = _read(_sse(_EVENTS, eol=eol) + b"data: {ignored after done}\n\n")
-    assert out == {
-        "content": "".join(f"c{i} " for i in range(5)),
-        "reasoning": "".join(f"r{i} " for i in range(20)),
-        "finish_reason": "stop",
-        "usage": {"completion_tokens": 25},
-        "model": "m",
-    }
+    assert out == Wire(
+        content="".join(f"c{i} " for i in range(5)),
+        reasoning="".join(f"r{i} " for i in range(20)),
+        finish_reason="stop",
+        completion_tokens=25,
+        model="m",
+    )
 
 
 @pytest.mark.parametrize(

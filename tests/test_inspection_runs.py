@@ -117,7 +117,11 @@ def build_run(root: Path, *, total_extra: int = 0, validate: dict[str, Any] | No
     manifest = {
         "schema_version": 1,
         "config_hash": "x",
-        "config": {"generation": {"thinking": True}, "validate": validate or {}},
+        # the strict loop rule unless told otherwise: shard 2's looping rows (ended by the model) are found
+        "config": {
+            "generation": {"thinking": True},
+            "validate": {"reject_looping": "any"} if validate is None else validate,
+        },
         "input": {"files": ["in.jsonl"], "total": 230 + total_extra},
         "counts": {},
         "started_at": T0,

@@ -72,9 +72,11 @@ def test_the_stream_guard_stops_a_looping_stream_and_keeps_what_streamed() -> No
     with pytest.raises(LoopStopped) as stopped:
         _feed(guard, body)
     assert stopped.value.loop.period == len(unit)
-    partial = guard.partial()
-    assert partial["finish_reason"] == "abort" and partial["content"] == "" and partial["model"] == "m"
-    assert partial["reasoning"].startswith("Let me set up") and len(partial["reasoning"]) < 2 * 2000 + 1500
+    partial = guard.partial(stopped.value)
+    assert partial.finish_reason == "abort" and partial.content == "" and partial.model == "m"
+    assert partial.reasoning is not None and partial.reasoning.startswith("Let me set up")
+    assert len(partial.reasoning) < 8000 + 2 * len(unit) + 1500  # loops.GUARD_REPEAT past the first copies
+    assert partial.loop is stopped.value.loop and partial.loop_detail.startswith("reasoning loops from char 31")
 
 
 def test_the_stream_guard_lets_ordinary_text_and_answers_through() -> None:
@@ -107,4 +109,4 @@ def test_the_stream_guard_reads_frames_a_gateway_ends_with_crlf() -> None:
     with pytest.raises(LoopStopped) as stopped:
         _feed(guard, body)
     assert stopped.value.loop.period == len(unit)
-    assert guard.partial()["reasoning"].startswith("Let me set up")
+    assert (guard.partial(stopped.value).reasoning or "").startswith("Let me set up")

@@ -38,17 +38,28 @@ def _conversation(i: int, reasoning: str, answer: str) -> dict[str, Any]:
 
 
 def test_audit_flags_exactly_the_looping_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each real loop as a stored turn: cut at the limit (no answer after it) it is `looping` by default; followed
+    by an answer (the model ended it) only with the strict rule; no normal trace is ever flagged."""
     normal, looping = _traces()
     rows = [_conversation(i, t["reasoning"], t["answer"]) for i, t in enumerate(normal)]
+    rows += [_conversation(N + i, t["reasoning"], "") for i, t in enumerate(looping)]  # ran to the limit
     # a loop the model escaped: it answered after the loop, so only the detector can see it
-    rows += [_conversation(N + i, t["reasoning"], "So the answer is 7.") for i, t in enumerate(looping)]
+    rows += [_conversation(2 * N + i, t["reasoning"], "So the answer is 7.") for i, t in enumerate(looping)]
     path = tmp_path / "traces.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ids = tmp_path / "bad.txt"
     assert main(["audit", str(path), "--json", "--ids-out", str(ids)]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["by_reason"] == {"looping": N}
-    assert ids.read_text().split() == [f"t{N + i:03d}" for i in range(N)]
+    flagged = ids.read_text().split()
+    assert flagged[:N] == [f"t{N + i:03d}" for i in range(N)]  # every one cut while looping: not answer_in_reasoning
+    escaped = set(flagged[N:])  # answered after the loop: only those repeating more than a finished answer does
+    assert escaped <= {f"t{2 * N + i:03d}" for i in range(N)}
+    assert report["by_reason"] == {"looping": len(flagged)}
+    strict = tmp_path / "strict.toml"
+    strict.write_text('[validate]\nreject_looping = "any"\n')
+    assert main(["audit", str(path), "--json", "--config", str(strict), "--ids-out", str(ids)]) == 1
+    assert json.loads(capsys.readouterr().out)["by_reason"] == {"looping": 2 * N}
+    assert ids.read_text().split() == [f"t{N + i:03d}" for i in range(2 * N)]
 
 
 def test_inspect_counts_exactly_the_looping_rows(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from typing import Any
 
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline.endpoints import sse
 from pipeline.endpoints.sse import ErrorEvent, InvalidStream, parse_stream
+from pipeline.endpoints.wire import Wire
 
 
 def event(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -32,15 +35,15 @@ def stream(
     return body + data + b"[DONE]" + eol + eol
 
 
-def expected(texts: list[tuple[str, str]]) -> dict[str, Any]:
+def expected(texts: list[tuple[str, str]], tokens: int | None = None) -> Wire:
     reasoning = "".join(t for k, t in texts if k == "reasoning_content")
-    return {
-        "content": "".join(t for k, t in texts if k == "content"),
-        "reasoning": reasoning or None,
-        "finish_reason": "stop",
-        "usage": {"completion_tokens": len(texts)},
-        "model": "m",
-    }
+    return Wire(
+        content="".join(t for k, t in texts if k == "content"),
+        reasoning=reasoning or None,
+        finish_reason="stop",
+        completion_tokens=len(texts) if tokens is None else tokens,
+        model="m",
+    )
 
 
 def spaced(obj: Any) -> bytes:
@@ -84,7 +87,7 @@ def test_an_event_of_another_shape_mid_stream_is_parsed_in_full() -> None:
     odd = orjson.dumps({**event({"reasoning_content": "odd "}), "system_fingerprint": "x"})
     *head, tail = raw.split(b"\n\n", 3)
     raw = b"\n\n".join([*head, b"data: " + odd, tail])  # after the role event, r0 and r1
-    want = expected(texts) | {"reasoning": "r0 r1 odd r2 r3 r4 "}
+    want = dataclasses.replace(expected(texts), reasoning="r0 r1 odd r2 r3 r4 ")
     assert parse_stream(raw) == want
 
 
@@ -122,4 +125,4 @@ texts_st = st.lists(st.tuples(st.sampled_from(["content", "reasoning_content"]),
 def test_any_text_reads_as_it_was_sent(texts: list[tuple[str, str]], compact: bool, crlf: bool) -> None:
     raw = stream(texts, orjson.dumps if compact else spaced, b"\r\n" if crlf else b"\n")
     nonempty = [(k, t) for k, t in texts if t]
-    assert parse_stream(raw) == expected(nonempty) | {"usage": {"completion_tokens": len(texts)}}
+    assert parse_stream(raw) == expected(nonempty, len(texts))

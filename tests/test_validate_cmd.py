@@ -33,23 +33,25 @@ def test_validate_reports_without_touching(tmp_path: Path) -> None:
     before = placement(run)
     r = validate_run(run)
     assert (r["rows"], r["failed"], r["quarantined"]) == (200, 30, 0)
-    assert r["failed_by_reason"] == {"answer_in_reasoning": 20, "looping": 10}  # looping: on by default
+    assert r["failed_by_reason"] == {"answer_in_reasoning": 20, "looping": 10}  # the run's reject_looping = "any"
     assert r["failed_by_shard"] == {"w0-0002.parquet": 30}
     assert {x["id"] for x in r["examples"]} <= EMPTY | LOOPING
     assert placement(run) == before
     assert "--quarantine" in format_validate(r)
     json.dumps(r)
+    default = validate_run(run, ValidateConfig())  # by default a loop the model ended (finish_reason stop) is kept
+    assert default["failed_by_reason"] == {"answer_in_reasoning": 20}
 
 
 def test_thresholds_come_from_run_json_or_the_caller(tmp_path: Path) -> None:
-    run = build_run(tmp_path, validate={"max_repetition": 0.5, "reject_looping": False})
+    run = build_run(tmp_path, validate={"max_repetition": 0.5, "reject_looping": "off"})
     assert validate_run(run)["failed_by_reason"] == {"answer_in_reasoning": 20, "degenerate_repetition": 10}
-    loose = ValidateConfig(reject_answer_in_reasoning=False, require_answer=False, reject_looping=False)
+    loose = ValidateConfig(reject_answer_in_reasoning=False, require_answer=False, reject_looping="off")
     assert validate_run(run, loose)["failed"] == 0
 
 
 def test_quarantine_moves_exactly_the_failing_rows(tmp_path: Path) -> None:
-    run = build_run(tmp_path, validate={"max_repetition": 0.5})
+    run = build_run(tmp_path, validate={"max_repetition": 0.5, "reject_looping": "any"})
     shards0, rejects0 = placement(run)
     r = validate_run(run, quarantine=True)
     assert r["quarantined"] == 30 and r["repaired"] == 0
