@@ -1,12 +1,10 @@
-from typing import Any
-
 import orjson
 import pytest
 
 from pipeline.config import GenerationConfig
 from pipeline.endpoints.client import _parse_sse, build_payload_base, request_seed
-from pipeline.endpoints.wire import Wire
 from pipeline.endpoints.reasoning import split_reasoning
+from pipeline.endpoints.wire import Wire
 from pipeline.errors import RetryableRequestError
 
 
