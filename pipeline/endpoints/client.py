@@ -3,12 +3,17 @@
 Requests go over `transport.Transport` (aiohttp's client, configured for the job); its failures and HTTP statuses
 become our error classes in `failures`, the one map. What is checked here, whatever the client library: a 200 that
 is an error object (`{"object": "error"}`, an SSE error event) is that error, and a completion needs a finish reason.
+
+Every generation asks for the server's speculative acceptance of the request where its SGLang release reports it
+(`sglang.releases.spec_details_field`: what preflight learned of the server, `EndpointClient.adopt`); a server that
+reports none leaves `spec_accept_length`/`spec_verify_ct` null, and the client says so once in the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +24,7 @@ import orjson
 from ..config import ClientConfig, GenerationConfig
 from ..errors import EndpointDownError, RequestError, RetryableRequestError
 from ..records import Completion, Prompt, RequestOverrides
+from ..sglang.releases import spec_details_field
 from . import failures
 from .loop_guard import LoopStopped, StreamGuard
 from .reasoning import split_reasoning
@@ -30,6 +36,8 @@ CONTROL_CONNECTIONS = 8  # health, loads, server info and aborts of one endpoint
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 CHAT_PATH = "/v1/chat/completions"
+
+log = logging.getLogger("regen.endpoints")
 
 
 def request_seed(base_seed: int, prompt_id: str, attempt: int) -> int:
@@ -90,6 +98,10 @@ class EndpointClient:
         self.url = url.rstrip("/")
         self.honor_overrides = honor_overrides
         self.server_version: str | None = None  # SGLang's, once preflight read it: the parser-off split follows it
+        self.spec_field: str | None = None  # the request field that asks for the acceptance (adopt), or None
+        self.speculative: bool | None = None  # whether /server_info names a speculative algorithm (None: unknown)
+        self.router = False
+        self._spec_silence_told = False
         self.gen = gen
         self.cfg = client
         self.concurrency = concurrency  # the configured value, for reports; the pool enforces capacity
@@ -106,6 +118,14 @@ class EndpointClient:
         # too. aiohttp's per-request timer cost ~6 us a request, ~3% of a run's client CPU (BENCHMARKS.md).
         self._plain = Timeouts(connect=client.connect_timeout_s)  # one value each: aiohttp's is built once
         self._streamed = Timeouts(connect=client.connect_timeout_s, stall=client.stall_timeout_s)
+
+    def adopt(self, version: str | None, *, speculative: bool | None = None, router: bool = False) -> None:
+        """What preflight learned of the server: its SGLang version (None: unknown), whether it runs speculative
+        decoding, and whether it is sglang-router (whose own version says nothing of its workers': nothing is
+        asked of it). Sets the field each generation asks for the request's speculative acceptance with."""
+        self.server_version = version
+        self.speculative, self.router = speculative, router
+        self.spec_field = None if router else spec_details_field(version, stream=self.cfg.stream)
 
     async def __aenter__(self) -> EndpointClient:
         # No bound on generation connections: the endpoint pool's capacity bounds them (see the class docstring).
@@ -155,6 +175,8 @@ class EndpointClient:
             body["temperature"] = prompt.temperature
         body["seed"] = request_seed(seed_base, prompt.id, attempt)  # a retry gets a new seed, overridden or not
         body["rid"] = rid
+        if self.spec_field is not None:
+            body[self.spec_field] = True
         if self.cfg.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -252,6 +274,13 @@ class EndpointClient:
 
     def _completion(self, wire: Wire, seed: int, latency: float) -> Completion:
         reasoning, answer = split_reasoning(wire.content, wire.reasoning, self.gen.thinking, self.server_version)
+        if wire.spec_accept_length is None and not self._spec_silence_told and wire.finish_reason != "abort":
+            self._spec_silence_told = True
+            log.info(
+                "no speculative acceptance reported by %s (%s): spec_accept_length and spec_verify_ct stay null for "
+                "its rows", self.url, self._spec_silence(),
+                extra={"event": "no_spec_acceptance", "url": self.url, "asked": self.spec_field},
+            )  # fmt: skip
         return Completion(
             reasoning=reasoning,
             answer=answer,
@@ -269,6 +298,20 @@ class EndpointClient:
             tool_calls=wire.tool_calls,
             loop_detail=wire.loop_detail,
         )
+
+    def _spec_silence(self) -> str:
+        """Why a completion came without the server's speculative acceptance, as far as this client knows."""
+        if self.speculative is False:
+            return "the server runs no speculative decoding: /server_info speculative_algorithm is null"
+        if self.spec_field is not None:
+            return f"asked with {self.spec_field}, none came"
+        if self.router:
+            return "sglang-router: not asked for, whatever its workers' releases"
+        if self.server_version is None:
+            return "the server's SGLang version is unknown (not SGLang, or preflight skipped): not asked for"
+        if self.cfg.stream:
+            return f"SGLang {self.server_version} reports it on a streamed request from 0.5.19 only"
+        return f"SGLang {self.server_version} reports it on a chat request from 0.5.14 only"
 
     async def check_health(self, timeout_s: float = 10.0) -> None:
         """GET /health and require a 200; the body is not read as JSON (sglang-router answers plain "OK")."""

@@ -98,7 +98,10 @@ class Gate:
 
     async def _admitted(self, ep: EndpointState, report: EndpointReport) -> None:
         self.pending.discard(ep.url)
-        ep.client.server_version = report.info.get("version")
+        router = report.workers is not None  # its own version and /server_info are not its workers'
+        known = not router and report.info.get("server_info_path") is not None  # vLLM has no /server_info
+        speculative = bool(report.info.get("speculative_decoding")) if known else None
+        ep.client.adopt(report.info.get("version"), speculative=speculative, router=router)
         if ep.auto_capacity:
             advertised = report.info.get("effective_max_running_requests")
             total = full_batch(advertised, self.workers) if advertised else AUTO_DEFAULT

@@ -23,7 +23,7 @@ from ..endpoints.retry import RetryPolicy
 from ..endpoints.state import PUSHBACK_STATUSES
 from ..endpoints.transport import Reply
 from ..errors import RequestError, RetryableRequestError
-from ..sglang.releases import RETURN_META_INFO, Release
+from ..sglang.releases import spec_details_field
 from .control import Control, Sleep
 
 PROBE_RID_PREFIX = "regen-probe-"
@@ -44,9 +44,8 @@ async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPoli
         "separate_reasoning": gen.separate_reasoning,
         "chat_template_kwargs": {"enable_thinking": gen.thinking},
     }
-    v = Release.parse(version)
-    if v is not None and v >= RETURN_META_INFO:
-        body["return_meta_info"] = True
+    if field := spec_details_field(version, stream=False):  # the probe's own acceptance, as a run's rows ask for it
+        body[field] = True
     rids: list[str] = []
 
     async def once() -> dict[str, Any]:

@@ -93,14 +93,14 @@ EXTRA_BUFFER_INERT_WITHOUT_RADIX = Release(0, 5, 14)  # explicit extra_buffer + 
 THINK_TAG_ONLY_AT_START = Release(0, 5, 14)  # the qwen3 parser strips <think> only at the start (before: every one)
 TOOL_CALL_CLOSES_REASONING = Release(0, 5, 14)  # <tool_call> closes unclosed reasoning (qwen3 parser)
 CONTENT_EMPTY_STRING = Release(0, 5, 14)  # an empty content is "" and is not stripped (before: null, stripped)
-RETURN_META_INFO = Release(0, 5, 14)  # chat requests accept return_meta_info
+RETURN_META_INFO = Release(0, 5, 14)  # chat requests accept return_meta_info (plain only: see spec_details_field)
 LINEAR_ATTN_BACKEND_KEY = Release(0, 5, 14)  # /server_info linear_attn_backend and kv_events
 
 # 0.5.19
 USES_MAMBA_RADIX_CACHE_KEY = Release(0, 5, 19)  # a ServerArgs field (0.5.14 computes it but does not store it)
 MAMBA_SKIP_DECODE_LOCK = Release(0, 5, 19)  # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1 drops the base slots to 2
 EXTRA_BUFFER_LAZY_WITH_SPEC = Release(0, 5, 19)  # extra_buffer_lazy accepted with speculative decoding
-RETURN_SPEC_TOKENS_DETAILS = Release(0, 5, 19)  # chat requests accept return_spec_tokens_details
+RETURN_SPEC_TOKENS_DETAILS = Release(0, 5, 19)  # chat requests accept return_spec_tokens_details (plain, streamed)
 
 # 0.5.23
 OLD_MAMBA_FLAG_REJECTED = Release(0, 5, 23)  # --mamba-scheduler-strategy: an argparse error
@@ -111,3 +111,33 @@ LAUNCH_COMMAND_KEY = Release(0, 5, 23)  # /server_info launch_command and fronte
 SERVED_NAME_WITH_COLON = Release(0, 5, 23)  # a model equal to the served name is not split as base:adapter
 FORCE_NONEMPTY_CONTENT = Release(0, 5, 23)  # chat_template_kwargs.force_nonempty_content
 SPEC_ALGORITHMS_DSPARK_UNO = Release(0, 5, 23)  # DSPARK and UNO join the built-in speculative algorithms
+
+
+# ---------------------------------------------------------------- what a chat request asks for, by release
+
+
+def spec_details_field(version: str | None, *, stream: bool) -> str | None:
+    """The chat request field that makes SGLang `version` report the request's speculative acceptance
+    (`spec_accept_length`, `spec_verify_ct`), or None when it has none (or its version is unknown: not asked).
+
+    - >= 0.5.19: `return_spec_tokens_details`; a plain body gets top-level `sglext.spec_tokens_details`, a stream one
+      more chunk after the finish chunk, `{"choices": [], "usage": null, "sglext": {"spec_tokens_details": {..}}}`,
+      before the usage chunk (serving_chat.py `_build_chat_response` and `_generate_chat_stream`; the details are
+      protocol.py `SpecTokensDetails`, built by utils.py `spec_tokens_details_from_meta_info`).
+    - 0.5.14 to 0.5.18: `return_meta_info`, plain only: `choices[0].meta_info` is the request's whole meta_info, whose
+      spec keys tokenizer_manager.py `_calculate_spec_decoding_metrics` sets. A stream with it is refused with a 400
+      ("return_meta_info is not supported with streaming", serving_chat.py `_convert_to_internal_request`), so a
+      streamed request of these releases asks for nothing.
+    - older: nothing. SGLang would ignore the field (its `ChatCompletionRequest` is a pydantic model with the default
+      `extra="ignore"`), but nothing is sent that the server does not read.
+    A server whose version is unknown (no /server_info: vLLM; sglang-router, whose own version says nothing of its
+    workers') is asked for nothing: vLLM accepts unknown fields (`OpenAIBaseModel`, `extra="allow"`) but logs each.
+    """
+    release = Release.parse(version)
+    if release is None:
+        return None
+    if release >= RETURN_SPEC_TOKENS_DETAILS:
+        return "return_spec_tokens_details"
+    if release >= RETURN_META_INFO and not stream:
+        return "return_meta_info"
+    return None

@@ -217,6 +217,8 @@ class Admitted:
         extras = self._extras(outcome, route == "generate" or self.req.return_meta_info)
         if route == "chat":
             body = p.chat_response(self.req, outcome, self.rid, self.created, self.sim.v, extras)
+            if self.req.return_meta_info or self.req.return_spec_details:
+                self.sim.stats.spec_sent(self.req.rid, extras["spec"])
         elif route == "completions":
             body = p.completion_response(self.req, outcome, self.rid, self.created, extras["usage"])
         else:
@@ -274,8 +276,12 @@ class Admitted:
                 outcome = self._outcome()
                 self._record(outcome)
                 out += chunks.finish(outcome)
+                extras = self._extras(outcome, False)  # once: it counts the request's spec steps
+                if self.req.return_spec_details and extras["spec"] is not None:
+                    out += chunks.sglext(extras["spec"])
+                    self.sim.stats.spec_sent(self.req.rid, extras["spec"])
                 if self.req.include_usage:
-                    out += chunks.usage(self._extras(outcome, False)["usage"])
+                    out += chunks.usage(extras["usage"])
                 out += p.DONE
             yield out, finished
 

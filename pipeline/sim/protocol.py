@@ -53,6 +53,9 @@ def bad_request(detail: str) -> ApiError:
 
 
 QUEUE_FULL = "The request queue is full."
+META_INFO_STREAMED = (
+    "return_meta_info is not supported with streaming. Please set stream=false when using return_meta_info=true."
+)
 
 
 @dataclass(slots=True)
@@ -223,6 +226,8 @@ def parse_chat(body: dict[str, Any], served: str, context: int, parser: str | No
     stream_options = body.get("stream_options") or {}
     prompt_tokens = text.count_prompt_tokens(messages)
     plain = body.keys().isdisjoint(_CHAT_SHAPE_KEYS)
+    if not plain and body.get("stream") and body.get("return_meta_info") and v >= RETURN_META_INFO:
+        raise ApiError(400, META_INFO_STREAMED, "BadRequest")  # serving_chat.py `_convert_to_internal_request`
     enable_thinking = None if plain else _enable_thinking(body)
     kwargs = {} if plain else body.get("chat_template_kwargs") or {}
     return GenRequest(
@@ -421,8 +426,21 @@ def chat_response(
         "metadata": {"weight_version": "default"},
     }
     if req.return_spec_details and extras.get("spec") is not None:
-        body["sglext"] = {"spec_tokens_details": extras["spec"]}
+        body["sglext"] = {"spec_tokens_details": spec_tokens_details(extras["spec"])}
     return orjson.dumps(body)
+
+
+def spec_tokens_details(meta: dict[str, Any]) -> dict[str, Any]:
+    """`sglext.spec_tokens_details` from a request's meta_info spec keys: protocol.py's `SpecTokensDetails`, every
+    field present, as utils.py `spec_tokens_details_from_meta_info` fills it (a missing or null key: 0 or [])."""
+    floats = ("spec_accept_rate", "spec_accept_length", "spec_cap_length", "spec_block_accept_length")
+    ints = ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct")
+    lists = ("spec_correct_drafts_histogram", "spec_cap_lens_histogram")
+    return (
+        {k: float(meta.get(k) or 0.0) for k in floats}
+        | {k: int(meta.get(k) or 0) for k in ints}
+        | {k: list(meta.get(k) or []) for k in lists}
+    )
 
 
 def completion_response(req: GenRequest, outcome: Outcome, rid: str, created: int, usage_: dict[str, Any]) -> bytes:
@@ -538,3 +556,9 @@ class ChatChunks:
     def usage(self, usage_: dict[str, Any]) -> bytes:
         body = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.req.model}
         return sse({**body, "choices": [], "usage": usage_})
+
+    def sglext(self, spec: dict[str, Any]) -> bytes:
+        """The chunk after the finish, before the usage chunk, that `return_spec_tokens_details` adds (>= 0.5.19,
+        serving_chat.py `_generate_chat_stream`): a pydantic `ChatCompletionStreamResponse`, so `usage` is null."""
+        body = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.req.model}
+        return sse({**body, "choices": [], "usage": None, "sglext": {"spec_tokens_details": spec_tokens_details(spec)}})

@@ -43,6 +43,8 @@ class Stats:
         self.cancelled_tokens = 0  # tokens decoded by generations that were then aborted (not in generation_tokens)
         self.scripted_generations = 0  # generations of scripted replies (--replies) that ended, aborted ones included
         self.scripted_tokens = 0  # tokens they decoded
+        # rid → [spec_accept_length, spec_verify_ct] of each chat response that carried them (meta_info or sglext)
+        self.spec_by_rid: dict[str, list[float]] = {}
 
     def received(self, key: str, rid: str | None) -> int:
         """Count a request; returns its attempt number for this prompt (0-based)."""
@@ -63,6 +65,11 @@ class Stats:
         self.log.setdefault(key, []).append((rid, time.time()))
         if rid is not None:
             self.generations_by_rid[rid] += 1
+
+    def spec_sent(self, rid: str | None, spec: dict[str, Any] | None) -> None:
+        """A chat response carried this request's speculative acceptance (a probe's is not kept)."""
+        if rid is not None and spec is not None and not is_probe(rid):
+            self.spec_by_rid[rid] = [spec["spec_accept_length"], spec["spec_verify_ct"]]
 
     def ended(self, tokens: int, looping: bool, scripted: bool) -> None:
         """A generation ended (completed or aborted) after decoding `tokens`: count it as a loop, as scripted."""
@@ -94,4 +101,5 @@ class Stats:
             "looping": {"generations": self.looping_generations, "tokens": self.looping_tokens},
             "scripted": {"generations": self.scripted_generations, "tokens": self.scripted_tokens},
             "cancelled_tokens": self.cancelled_tokens,
+            "spec_by_rid": self.spec_by_rid,
         }

@@ -1,0 +1,74 @@
+"""End to end (issue 36): a run against the simulator with speculative decoding stores, for every accepted row and each
+of its turns, the acceptance the server sent for that request; a server without it, or of a release that reports
+none, leaves the columns null and the run's log says so once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import read_rows, regen
+from tests.helpers import write_config, write_prompts
+
+SPEC = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
+EAGLE = (*SPEC, "--speculative-algorithm", "EAGLE")
+
+
+def _run(tmp_path: Path, url: str, *sets: str, n: int = 30) -> tuple[list[dict], str]:
+    write_prompts(tmp_path / "prompts.jsonl", n=n)
+    cfg = write_config(tmp_path, url)
+    result = regen("run", str(cfg), "--no-progress", *(a for s in sets for a in ("--set", s)))
+    assert result.returncode == 0, result.stderr
+    return read_rows(tmp_path / "run", "shards"), result.stderr
+
+
+def _sent(stats: dict, row: dict) -> list[float]:
+    """What the simulator sent for the request that made `row` (its rid is `regen-<id>-<attempt>-<n>`)."""
+    [rid] = [rid for rid in stats["spec_by_rid"] if rid.startswith(f"regen-{row['id']}-")]
+    return stats["spec_by_rid"][rid]
+
+
+@pytest.mark.parametrize("stream", ["true", "false"], ids=["streamed", "plain"])
+def test_every_accepted_row_has_what_the_server_sent(tmp_path: Path, sim, stream: str) -> None:
+    server = sim(*EAGLE)
+    rows, log = _run(tmp_path, server.url, f"client.stream={stream}")
+    stats = server.stats()
+    assert len(rows) == 30 and len(stats["spec_by_rid"]) == 30
+    for row in rows:
+        accept, verify = _sent(stats, row)
+        assert row["spec_verify_ct"] == verify and row["spec_accept_length"] == pytest.approx(accept, rel=1e-6)
+        assert row["spec_accept_length"] == pytest.approx(row["completion_tokens"] / verify, rel=1e-6)
+        [turn] = row["turns"]
+        assert (turn["spec_accept_length"], turn["spec_verify_ct"]) == (row["spec_accept_length"], verify)
+    assert "no speculative acceptance" not in log
+
+
+@pytest.mark.parametrize(
+    ("version", "stream", "asked"),
+    [("0.5.14", "false", True), ("0.5.14", "true", False), ("0.5.9", "false", False)],
+    ids=["0.5.14-plain", "0.5.14-streamed", "0.5.9"],
+)
+def test_older_releases_get_the_field_they_read(tmp_path: Path, sim, version: str, stream: str, asked: bool) -> None:
+    server = sim(*EAGLE, "--sim-version", version)
+    rows, log = _run(tmp_path, server.url, f"client.stream={stream}", n=10)
+    assert len(rows) == 10
+    stats = server.stats()
+    if asked:  # return_meta_info: choices[0].meta_info
+        assert all(row["spec_verify_ct"] == _sent(stats, row)[1] for row in rows)
+        assert "no speculative acceptance" not in log
+    else:  # 0.5.14 refuses return_meta_info on a stream; 0.5.9 has no field for it: nothing asked, nothing failed
+        assert stats["spec_by_rid"] == {} and stats["errors"] == {}
+        assert all(row["spec_accept_length"] is None and row["spec_verify_ct"] is None for row in rows)
+        assert log.count("no speculative acceptance reported by") == 1
+        assert f"SGLang {version}" in log
+
+
+def test_a_server_without_speculative_decoding_leaves_the_columns_null(tmp_path: Path, sim) -> None:
+    server = sim(*SPEC)
+    rows, log = _run(tmp_path, server.url, n=10)
+    assert len(rows) == 10
+    assert all(r["spec_accept_length"] is None and r["spec_verify_ct"] is None for r in rows)
+    assert all(t["spec_accept_length"] is None for r in rows for t in r["turns"])
+    assert log.count("no speculative acceptance reported by") == 1
+    assert "speculative_algorithm is null" in log
