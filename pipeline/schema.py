@@ -76,6 +76,7 @@ REASONS: tuple[str, ...] = (
     "http_4xx",
     "truncated",
     "tool_call",  # a regenerated text turn called a tool instead of answering (issue 27)
+    "unfinished",  # a finish_reason other than stop/length: the generation ended before the model finished it
     "empty_response",
     "answer_in_reasoning",
     "think_marker",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .config import ValidateConfig
 from .loops import GUARD_REPEAT, Loop, find_loop
-from .records import ACCEPTED, Completion, Prompt, Verdict
+from .records import Completion, Prompt, Verdict
 
 STORED = ""  # the finish reason of a turn read back from a dataset (regen audit): how it ended is unknown
 # What tool-call markup looks like when the server parsed none out (SGLang's function-call detectors: qwen25/hermes,
@@ -85,10 +85,11 @@ def validate(
             return Verdict(
                 False, "degenerate_repetition", f"one 8-word phrase covers {share:.0%} of the text", repetition
             )
-    return Verdict(True, repetition_chars=repetition) if repetition else ACCEPTED
+    return Verdict(True, repetition_chars=repetition) if repetition else _NO_REPETITION
 
 
 THINK_MARKERS = ("<think>", "</think>")
+_NO_REPETITION = Verdict(True, repetition_chars=0)
 
 
 def _loops(completion: Completion, prompt: Prompt | None) -> list[tuple[str, Loop, int]]:
