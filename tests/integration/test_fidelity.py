@@ -123,3 +123,61 @@ def test_inspect_counts_kept_repetition(tmp_path: Path, sim) -> None:
     repetitive = sum(1 for r in rows if r["repetition_chars"])
     assert repetitive >= 12
     assert inspected["repetition"]["rows"] == repetitive + len(loops)  # the kept ones and the rejected loops
+
+
+def test_a_repair_pastes_only_what_the_model_finished(tmp_path: Path, sim) -> None:
+    """The repair path: a dataset whose assistant turns are all broken (empty), regenerated with `input.select =
+    "invalid"` and exported `--format repaired`: every repetitive answer pasted whole, each runaway loop left as it
+    was (never a cut text), and the re-audit finds only those rows."""
+    replies, kept, loops = _replies(tmp_path)
+    server = sim(
+        "--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--replies", str(replies),
+        "--stream-chunk-chars", "7", "--decode-rate", "40000", "--max-running-requests", "8",
+    )  # fmt: skip
+    data = tmp_path / "broken.jsonl"
+    names = [*kept, *loops]
+    data.write_bytes(
+        b"".join(
+            orjson.dumps({"id": n, "conversations": [{"from": "human", "value": f"prompt {n}"},
+                                                     {"from": "gpt", "value": ""}]}) + b"\n"
+            for n in names
+        )
+    )  # fmt: skip
+    cfg = tmp_path / "repair.toml"
+    cfg.write_text(
+        f"""
+[input]
+path = "{data}"
+select = "invalid"
+[output]
+dir = "{tmp_path / "run"}"
+sync_interval_s = 0.2
+[generation]
+model = "Qwen3.6-27B"
+max_tokens = 32768
+[client]
+max_attempts = 2
+backoff_base_s = 0.01
+backoff_max_s = 0.05
+[[endpoints]]
+url = "{server.url}"
+concurrency = 8
+"""
+    )
+    assert regen("audit", str(data)).returncode == 1
+    result = regen("run", str(cfg), "--no-progress", timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "repaired"
+    exported = regen(
+        "export", str(tmp_path / "run"), "--format", "repaired", "--original", str(data), "--out", str(out)
+    )
+    assert exported.returncode == 0, exported.stderr
+    rows = {r["id"]: r for r in (orjson.loads(x) for x in (out / data.name).read_bytes().splitlines())}
+    assert list(rows) == names
+    for name, (_, answer) in kept.items():
+        assert rows[name]["conversations"][1]["value"].endswith(answer.strip()), name  # pasted whole
+    for name in loops:
+        assert rows[name]["conversations"][1]["value"] == "", name  # left as it was: nothing cut pasted
+    audit = regen("audit", str(out / data.name), "--json", "--ids-out", str(tmp_path / "left.txt"))
+    assert audit.returncode == 1
+    assert sorted((tmp_path / "left.txt").read_text().split()) == sorted(loops)
