@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..errors import OutputError
+from ..store import acceptance
 from ..store.files import readable_parts
 from ..store.layout import MANIFEST, REJECTS, SHARDS
 from .features import size_category, yaml_features
@@ -109,6 +110,9 @@ def run_stats(run_dir: Path) -> dict[str, Any]:
         "rejected_by_reason": dict(reasons.most_common()),
         "finish_reasons": dict(finish.most_common()),
         "lengths": {name: percentiles(np.concatenate(c) if c else np.empty(0)) for name, c in lengths.items()},
+        "spec_accept_length": acceptance.summary(
+            acceptance.concat(acceptance.file_turns(path) for path in readable_parts(run_dir / SHARDS))
+        ),
     }
 
 
@@ -182,6 +186,7 @@ def _body(summary: dict[str, Any], manifest: dict[str, Any], stats: dict[str, An
         _server_section(manifest),
         _counts_section(stats),
         _lengths_section(stats),
+        _spec_note(stats.get("spec_accept_length")),
         _reproduce_section(manifest),
     ]
     return "\n".join(p for p in parts if p)
@@ -296,6 +301,27 @@ def _lengths_section(stats: dict[str, Any]) -> str:
             rows.append((name, *(_num(v) for v in pct.values())))
     header = ("tokens (accepted rows)", "mean", *(f"p{p}" for p in PERCENTILES), "max")
     return "## Lengths\n\n" + _table(header, rows)
+
+
+def _spec_note(spec: dict[str, Any] | None) -> str:
+    """The serving model's own speculative acceptance on these rows: the baseline a new draft model must beat."""
+    if not spec or not spec["turns"]:
+        return ""
+    if not spec["reported"]:
+        return (
+            "Speculative acceptance: not reported (`spec_accept_length` is null): the servers ran without speculative "
+            "decoding, or their release does not report it per request.\n"
+        )
+    return (
+        f"The serving MTP/draft head's acceptance on this data: mean {spec['mean']:.2f} "
+        f"(p10 {spec['p10']:.2f} .. p90 {spec['p90']:.2f}) tokens per verify step, the bonus token included "
+        f"(SGLang's `spec_accept_length`, per generated turn; token-weighted {_num2(spec['weighted'])}), over "
+        f"{spec['reported']} of {spec['turns']} turns. A draft model trained on it should beat this.\n"
+    )
+
+
+def _num2(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _num(value: float) -> str:

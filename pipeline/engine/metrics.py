@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 COMMIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# SGLang's per-request spec_accept_length: tokens per verify step, the bonus token included (1.0: no draft accepted)
+ACCEPT_BUCKETS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 
 
 @dataclass
@@ -47,6 +49,11 @@ class Metrics:
     completions_by_endpoint: Counter[str] = field(default_factory=Counter)  # accepted rows stored
     output_tokens_by_endpoint: Counter[str] = field(default_factory=Counter)  # their completion tokens
     commit_seconds: Latencies = field(default_factory=Latencies)  # each journal sync (and the commits it made)
+    # The server's speculative acceptance of each stored turn that reported one, by endpoint: a histogram, and the
+    # verify steps and tokens behind it (their ratio is the token-weighted acceptance)
+    spec_accept: dict[str, Latencies] = field(default_factory=dict)
+    spec_verify_steps: Counter[str] = field(default_factory=Counter)
+    spec_tokens: Counter[str] = field(default_factory=Counter)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=10))
     started: float = field(default_factory=time.monotonic)
     _window: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=120))
@@ -78,6 +85,20 @@ class Metrics:
         endpoint = row.get("endpoint") or ""
         self.completions_by_endpoint[endpoint] += 1
         self.output_tokens_by_endpoint[endpoint] += row.get("completion_tokens") or 0
+        for turn in row.get("turns") or (row,):
+            self._record_spec(turn)
+
+    def _record_spec(self, turn: dict[str, Any]) -> None:
+        accept, steps = turn.get("spec_accept_length"), turn.get("spec_verify_ct")
+        if accept is None:
+            return
+        endpoint = turn.get("endpoint") or ""
+        if endpoint not in self.spec_accept:
+            self.spec_accept[endpoint] = Latencies(ACCEPT_BUCKETS, [0] * (len(ACCEPT_BUCKETS) + 1))
+        self.spec_accept[endpoint].observe(accept)
+        if steps:
+            self.spec_verify_steps[endpoint] += steps
+            self.spec_tokens[endpoint] += round(accept * steps)
 
     def record_later_turn(self, same_endpoint: bool) -> None:
         """A turn after a conversation's first was accepted; `same_endpoint`: where its previous turn went."""
@@ -129,6 +150,9 @@ class Metrics:
             "completions_by_endpoint": dict(self.completions_by_endpoint),
             "output_tokens_by_endpoint": dict(self.output_tokens_by_endpoint),
             "commit_seconds": self.commit_seconds.snapshot(),
+            "spec_accept_length": {url: h.snapshot() for url, h in self.spec_accept.items()},
+            "spec_verify_steps": dict(self.spec_verify_steps),
+            "spec_tokens": dict(self.spec_tokens),
             "elapsed_s": time.monotonic() - self.started,
             "last_errors": list(self.last_errors),
             **self.rates(),

@@ -66,6 +66,7 @@ class Exporter(Collector):
         commit = snap.get("commit_seconds")
         if commit:
             yield self._histogram("regen_commit_seconds", "journal sync (fsync and shard commits), seconds", commit)
+        yield from self._spec_metrics(snap)
 
     def _run_metrics(self, s: dict[str, Any]) -> Iterator[Metric]:
         w = self.worker
@@ -147,14 +148,41 @@ class Exporter(Collector):
         ):
             yield _counter(name, doc, ["endpoint"], [([url], ep[key]) for url, ep in endpoints.items()], w)
 
+    def _spec_metrics(self, s: dict[str, Any]) -> Iterator[Metric]:
+        """The serving model's speculative acceptance of the stored turns, per endpoint (only those that report it)."""
+        w = self.worker
+        hists = s.get("spec_accept_length") or {}
+        family = HistogramMetricFamily(
+            "regen_spec_accept_length",
+            "the server's speculative acceptance per stored turn: tokens per verify step, the bonus token included",
+            labels=["worker", "endpoint"],
+        )
+        for url, h in hists.items():
+            family.add_metric([w, url], _buckets(h), h["sum"])
+        yield family
+        for name, key, doc in (
+            ("regen_spec_verify_steps", "spec_verify_steps", "verify steps of the stored turns that report acceptance"),
+            (
+                "regen_spec_tokens",
+                "spec_tokens",
+                "completion tokens of those turns (tokens / steps: weighted acceptance)",
+            ),
+        ):
+            yield _counter(name, doc, ["endpoint"], [([url], n) for url, n in (s.get(key) or {}).items()], w)
+
     def _histogram(self, name: str, doc: str, h: dict[str, Any]) -> Metric:
         family = HistogramMetricFamily(name, doc, labels=["worker"])
-        cumulative, buckets = 0, []
-        for bound, count in zip([*h["buckets"], float("inf")], h["counts"], strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
-        family.add_metric([self.worker], buckets, h["sum"])
+        family.add_metric([self.worker], _buckets(h), h["sum"])
         return family
+
+
+def _buckets(h: dict[str, Any]) -> list[tuple[str, float]]:
+    """A snapshot's per-bucket counts (metrics.Latencies) as Prometheus' cumulative `le` buckets."""
+    cumulative, buckets = 0, []
+    for bound, count in zip([*h["buckets"], float("inf")], h["counts"], strict=True):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+    return buckets
 
 
 def _counter(name: str, doc: str, labels: list[str], values: list[tuple[list[str], float]], worker: str) -> Metric:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .textview import elide
+from .textview import SPEC_NONE, SPEC_UNIT, elide
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -44,6 +44,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         _groups(report["per_shard"], "file"),
         "<h2>Per endpoint</h2>",
         _groups(report["per_endpoint"], "endpoint"),
+        _speculative(report.get("spec_accept_length")),
         "<h2>Sample</h2>",
         *(_sample(row) for row in report["sample"]),
     ]
@@ -132,6 +133,27 @@ def _groups(groups: dict[str, dict[str, Any]], kind: str) -> str:
         cls = ' class="flag"' if g["flags"] else ""
         rows.append(f"<tr{cls}><td>{_e(name)}</td>{cells}<td>{_e('; '.join(g['flags']))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _speculative(spec: dict[str, Any] | None) -> str:
+    """The serving model's speculative acceptance: overall, and by shard, endpoint, turn index and output length."""
+    if not spec or not spec["overall"]["turns"]:
+        return ""
+    head = "<h2>Speculative acceptance</h2>"
+    if not spec["overall"]["reported"]:
+        return f"{head}<p>None reported in {spec['overall']['turns']:,} turns ({_e(SPEC_NONE)}).</p>"
+    keys = ("turns", "reported", "mean", "p10", "p50", "p90", "weighted")
+    parts = [f"{head}<p>{_e(SPEC_UNIT)}; over {spec['of']} rows, one sample per generated turn.</p>"]
+    for kind, title in (("overall", ""), ("by_shard", "shard"), ("by_endpoint", "endpoint"), ("by_turn", "turn"),
+                        ("by_length", "completion tokens")):  # fmt: skip
+        groups = {"all": spec[kind]} if kind == "overall" else spec[kind]
+        rows = "".join(
+            f"<tr><td>{_e(name or '(none)')}</td>" + "".join(f'<td class="n">{_fmt(g[k])}</td>' for k in keys) + "</tr>"
+            for name, g in groups.items()
+        )
+        head_row = f"<tr><th>{_e(title)}</th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>"
+        parts.append(f"<table>{head_row}{rows}</table>")
+    return "".join(parts)
 
 
 def _sample(row: dict[str, Any]) -> str:

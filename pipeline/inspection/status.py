@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..store import heartbeat
+from ..store import acceptance, heartbeat
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.manifest import manifest_or_empty
 from ..store.remote import remote_of
@@ -70,7 +70,16 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
     status["duplicates"] = duplicates(run_dir)
     _merge_metrics_endpoints(run_dir, status, now, dead)
     status["loops"] = _loops(run_dir)
+    status["spec_accept_length"] = _acceptance(run_dir, journal)
     return status
+
+
+def _acceptance(run_dir: Path, journal: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The server's speculative acceptance over the accepted turns so far, overall and per endpoint: the shards, and
+    the journal's accepted rows not committed yet (`journal` holds only those by now). Numeric leaves only."""
+    pending = acceptance.row_turns([e["row"] for e in journal.values() if e["kind"] == "accepted"])
+    turns = acceptance.concat([*(acceptance.file_turns(f.path) for f in shard_files(run_dir)), pending])
+    return {**acceptance.summary(turns), "by_endpoint": acceptance.by_endpoint(turns)}
 
 
 def _workers(run_dir: Path, now: float) -> list[dict[str, Any]]:

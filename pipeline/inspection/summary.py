@@ -15,6 +15,7 @@ from . import stats
 from .frame import Frame
 from .sample import choose, fetch_rows, sample_entry
 from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, TEXT_SAMPLE_ROWS, Filters, scan
+from .speculative import spec_report
 from .where import WhereError, parse_where
 
 EXAMPLES = 5
@@ -61,6 +62,7 @@ def inspect_run(
     labels = [_label(f) for f in frame.files]
     report["per_shard"] = stats.group_table(d, frame.file_idx, labels, same_kind=True)
     report["per_endpoint"] = stats.endpoint_table(d)  # rows that never reached a server are no endpoint
+    report["spec_accept_length"] = spec_report(frame, d.accepted, labels)  # the serving model's own, per turn
     report["flagged"] = [
         {"kind": kind, "name": name, "flags": row["flags"]}
         for kind, table in (("shard", report["per_shard"]), ("endpoint", report["per_endpoint"]))

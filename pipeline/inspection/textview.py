@@ -86,6 +86,7 @@ def format_status(status: dict[str, Any]) -> str:
         ]
         headers = ["endpoint", "accepted", "rejected", "rej%", "inflight", "errors", "lat p50", "lat p99"]
         lines += ["", table(headers, rows)]
+    lines += spec_lines(status.get("spec_accept_length"))
     if status["last_errors"]:
         lines += ["", "last errors:"] + [f"    {err}" for err in status["last_errors"]]
     return "\n".join(lines + store_problems(status))
@@ -121,6 +122,7 @@ def format_inspect(report: dict[str, Any], width: int = 100) -> str:
     for kind in ("per_shard", "per_endpoint"):
         if report[kind]:
             out.append(_group_table(kind.removeprefix("per_"), report[kind]))
+    out += spec_tables(report.get("spec_accept_length"))
     if report["warnings"] or report["flagged"]:
         lines = ["attention:"] + [f"  ! {w}" for w in report["warnings"]]
         lines += [f"  ! {f['kind']} {f['name']}: {'; '.join(f['flags'])}" for f in report["flagged"]]
@@ -246,3 +248,63 @@ def format_validate(result: dict[str, Any]) -> str:
     elif result["failed"]:
         lines.append("run with --quarantine to move them into rejects/")
     return "\n".join(lines + store_problems(result))
+
+
+# ---------------------------------------------------------------- the server's speculative acceptance (issue 36)
+
+SPEC_UNIT = "tokens per verify step, the bonus token included"
+SPEC_NONE = "no speculative decoding, or a server release that does not report it per request"
+
+
+def spec_figures(s: dict[str, Any]) -> str:
+    """`mean 2.81 (p10 2.10 .. p90 3.50)` of a store/acceptance summary with a figure."""
+    return f"mean {s['mean']:.2f} (p10 {s['p10']:.2f} .. p90 {s['p90']:.2f})"
+
+
+def spec_lines(spec: dict[str, Any] | None) -> list[str]:
+    """`regen status`: the acceptance over the accepted turns so far, and per endpoint when there are several."""
+    if not spec or not spec["turns"]:
+        return []
+    if not spec["reported"]:
+        return [f"speculative acceptance: none reported in {spec['turns']:,} turns ({SPEC_NONE})"]
+    lines = [
+        f"speculative acceptance ({SPEC_UNIT}): mean {spec['mean']:.2f}, p10 {spec['p10']:.2f}, "
+        f"p50 {spec['p50']:.2f}, p90 {spec['p90']:.2f}, weighted {_num(spec['weighted'], 2)}; "
+        f"{spec['reported']:,} of {spec['turns']:,} turns reported"
+    ]
+    groups = spec.get("by_endpoint") or {}
+    if len(groups) > 1:
+        for url, g in groups.items():
+            figures = spec_figures(g) if g["reported"] else "none reported"
+            lines.append(f"    {url or '(none)'}: {figures}; {g['reported']:,} of {g['turns']:,} turns")
+    return lines
+
+
+def spec_tables(spec: dict[str, Any] | None) -> list[str]:
+    """`regen inspect`: the acceptance overall and by shard, endpoint, turn index and output length."""
+    if not spec or not spec["overall"]["turns"]:
+        return []
+    overall = spec["overall"]
+    if not overall["reported"]:
+        return [f"speculative acceptance: none reported in {overall['turns']:,} turns ({SPEC_NONE})"]
+    head = f"speculative acceptance ({SPEC_UNIT}; {spec['of']} rows, one per generated turn)"
+    out = [head + "\n" + _spec_table("", {"all": overall})]
+    for kind, title in (
+        ("by_shard", "shard"),
+        ("by_endpoint", "endpoint"),
+        ("by_turn", "turn"),
+        ("by_length", "tokens"),
+    ):
+        if len(spec[kind]) > 1 or kind == "by_shard":
+            out.append(_spec_table(title, spec[kind]))
+    return out
+
+
+def _spec_table(title: str, groups: dict[str, dict[str, Any]]) -> str:
+    headers = [title, "turns", "reported", "mean", "p10", "p50", "p90", "weighted"]
+    rows = [
+        [name or "(none)", f"{g['turns']:,}", f"{g['reported']:,}"]
+        + [_num(g[k], 2) for k in ("mean", "p10", "p50", "p90", "weighted")]
+        for name, g in groups.items()
+    ]
+    return table(headers, rows)

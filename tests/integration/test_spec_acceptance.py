@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import orjson
 import pytest
 
 from tests.conftest import read_rows, regen
@@ -72,3 +74,37 @@ def test_a_server_without_speculative_decoding_leaves_the_columns_null(tmp_path:
     assert all(t["spec_accept_length"] is None for r in rows for t in r["turns"])
     assert log.count("no speculative acceptance reported by") == 1
     assert "speculative_algorithm is null" in log
+
+
+def test_status_inspect_and_the_card_show_the_figures(tmp_path: Path, sim) -> None:
+    low, high = sim(*EAGLE, "--spec-accept-length", "2.0"), sim(*EAGLE, "--spec-accept-length", "3.5")
+    write_prompts(tmp_path / "prompts.jsonl", n=60)
+    cfg = write_config(tmp_path, low.url, extra=f'[[endpoints]]\nurl = "{high.url}"\nconcurrency = 16\n')
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    run_dir = tmp_path / "run"
+    rows = read_rows(run_dir, "shards")
+    served = {url: [r["spec_accept_length"] for r in rows if r["endpoint"] == url] for url in (low.url, high.url)}
+    assert all(served.values())  # both endpoints served some
+
+    status = orjson.loads(regen("status", str(run_dir), "--json").stdout)["spec_accept_length"]
+    assert status["turns"] == status["reported"] == 60
+    assert status["mean"] == pytest.approx(float(np.mean([r["spec_accept_length"] for r in rows])), rel=1e-5)
+    by = status["by_endpoint"]
+    assert by[low.url]["mean"] == pytest.approx(float(np.mean(served[low.url])), rel=1e-5)
+    assert by[low.url]["p90"] < by[high.url]["p10"]  # each server's own acceptance, not a blend
+    assert "speculative acceptance (tokens per verify step" in regen("status", str(run_dir)).stdout
+
+    report = orjson.loads(regen("inspect", str(run_dir), "--json").stdout)["spec_accept_length"]
+    assert report["overall"]["mean"] == pytest.approx(status["mean"]) and report["of"] == "accepted"
+    assert sum(g["turns"] for g in report["by_shard"].values()) == 60
+    assert set(report["by_endpoint"]) == {low.url, high.url} and set(report["by_turn"]) == {"0"}
+    assert sum(g["turns"] for g in report["by_length"].values()) == 60
+    assert "speculative acceptance (tokens per verify step" in regen("inspect", str(run_dir)).stdout
+    page = tmp_path / "inspect.html"
+    assert regen("inspect", str(run_dir), "--html", str(page)).returncode == 0
+    assert "<h2>Speculative acceptance</h2>" in page.read_text()
+
+    out = tmp_path / "export"
+    assert regen("export", str(run_dir), "--format", "chat", "--out", str(out)).returncode == 0
+    card = (out / "README.md").read_text()
+    assert f"acceptance on this data: mean {status['mean']:.2f} (p10 {status['p10']:.2f} .. p90" in card
