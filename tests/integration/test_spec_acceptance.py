@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import read_rows, regen
+from tests.conftest import ROOT, read_rows, regen
 from tests.helpers import write_config, write_prompts
 
 SPEC = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
@@ -108,3 +108,29 @@ def test_status_inspect_and_the_card_show_the_figures(tmp_path: Path, sim) -> No
     assert regen("export", str(run_dir), "--format", "chat", "--out", str(out)).returncode == 0
     card = (out / "README.md").read_text()
     assert f"acceptance on this data: mean {status['mean']:.2f} (p10 {status['p10']:.2f} .. p90" in card
+
+
+def test_each_turn_of_a_conversation_keeps_its_own_request_s_acceptance(tmp_path: Path, sim) -> None:
+    server = sim(*EAGLE)
+    cfg = tmp_path / "conv.toml"
+    cfg.write_text(
+        f"""
+[input]
+path = "{ROOT / "data" / "sample_conversations.jsonl"}"
+[output]
+dir = "{tmp_path / "run"}"
+[generation]
+model = "Qwen3.6-27B"
+[[endpoints]]
+url = "{server.url}"
+concurrency = 8
+"""
+    )
+    assert regen("run", str(cfg), "--no-progress").returncode == 0
+    rows = read_rows(tmp_path / "run", "shards")
+    turns = [(t["spec_accept_length"], t["spec_verify_ct"]) for r in rows for t in r["turns"]]
+    assert max(len(r["turns"]) for r in rows) > 1 and all(v is not None for pair in turns for v in pair)
+    sent = sorted((float(np.float32(a)), v) for a, v in server.stats()["spec_by_rid"].values())  # stored as float32
+    assert sorted(turns) == sent  # every request's figure, each stored once, on its own turn
+    report = orjson.loads(regen("inspect", str(tmp_path / "run"), "--json").stdout)["spec_accept_length"]
+    assert report["overall"]["turns"] == len(turns) and len(report["by_turn"]) == max(len(r["turns"]) for r in rows)
