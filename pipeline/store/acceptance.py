@@ -64,17 +64,13 @@ def file_turns(path: Path, rows: np.ndarray | None = None) -> Turns:
     """The turns of the rows of one committed file (all of them, or those at `rows`, ascending)."""
     pfile = pq.ParquetFile(path)
     schema = pfile.schema_arrow
-    top = [name for name in _FIELDS if name in schema.names]
     nested = _turn_fields(schema)
-    leaves = [_LEAF + name for name in nested]
-    table = pfile.read(columns=top + leaves, use_threads=False)
-    if rows is not None:
-        table = table.take(pa.array(rows, pa.int64()))
-    index = np.arange(table.num_rows, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    own = _columns({name: table.column(name) for name in top}, table.num_rows)
+    picks = None if rows is None else pa.array(rows, pa.int64())
+    index = np.arange(pfile.metadata.num_rows, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     if not nested:  # schema 1: no `turns`; each row is its own one turn
-        return _turns(index, np.zeros(table.num_rows, np.int32), own)
-    lists = table.column("turns").combine_chunks()
+        return _own(pfile, schema, picks, index)
+    table = pfile.read(columns=[_LEAF + name for name in nested], use_threads=False)
+    lists = (table if picks is None else table.take(picks)).column("turns").combine_chunks()
     parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
     flat = pc.list_flatten(lists)
     values = _columns({name: flat.field(name) for name in nested}, len(flat))
@@ -82,12 +78,19 @@ def file_turns(path: Path, rows: np.ndarray | None = None) -> Turns:
     first = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     position = (np.arange(len(flat), dtype=np.int64) - first[parents]).astype(np.int32)
     listed = _turns(index[parents], position, values)
-    bare = np.flatnonzero(lengths == 0)  # a row with no turns listed: its own columns, as its one turn
+    bare = np.flatnonzero(lengths == 0)  # a row with no turns listed (never in shards): its own columns instead
     if not bare.size:
         return listed
-    picked = {k: v.take(pa.array(bare)) if k == "endpoint" else v[bare] for k, v in own.items()}
-    alone = _turns(index[bare], np.zeros(bare.size, np.int32), picked)
-    return concat([listed, alone])
+    return concat([listed, _own(pfile, schema, pa.array(index[bare]), index[bare])])
+
+
+def _own(pfile: pq.ParquetFile, schema: pa.Schema, picks: pa.Array | None, index: np.ndarray) -> Turns:
+    """The top-level columns of the rows at `picks` (all rows: None), each row as its one turn."""
+    top = [name for name in _FIELDS if name in schema.names]
+    table = pfile.read(columns=top, use_threads=False) if top else pa.table({"_": pa.nulls(pfile.metadata.num_rows)})
+    table = table if picks is None else table.take(picks)
+    own = _columns({name: table.column(name) for name in top}, table.num_rows)
+    return _turns(index, np.zeros(table.num_rows, np.int32), own)
 
 
 def _turn_fields(schema: pa.Schema) -> list[str]:
