@@ -91,7 +91,7 @@ def test_streamed_parser_on_and_off_store_the_same_row(case: str, version: str) 
 
     on = _parse_sse(_body(_stream(reasoning, content or "")), "http://sim")
     off = _parse_sse(_body(_stream(None, raw)), "http://sim")
-    assert off["reasoning"] is None
-    stored_on = split_reasoning(on["content"], on["reasoning"], thinking, version)
-    stored_off = split_reasoning(off["content"], off["reasoning"], thinking, version)
+    assert off.reasoning is None
+    stored_on = split_reasoning(on.content, on.reasoning, thinking, version)
+    stored_off = split_reasoning(off.content, off.reasoning, thinking, version)
     assert stored_on == stored_off == split_reasoning(raw, None, thinking, version)

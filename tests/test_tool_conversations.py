@@ -321,7 +321,7 @@ def test_a_streamed_call_in_pieces_adds_up_to_one_call() -> None:
         event({"tool_calls": [first]}) + event({"tool_calls": [rest]}) + event({}, "tool_calls") + b"data: [DONE]\n\n"
     )
     parsed = parse_stream(body)
-    assert parsed["finish_reason"] == "tool_calls" and parsed["reasoning"] == "think"
-    assert parsed["tool_calls"] == [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    ]
+    assert parsed.finish_reason == "tool_calls" and parsed.reasoning == "think"
+    assert parsed.tool_calls == (
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+    )

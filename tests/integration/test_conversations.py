@@ -168,4 +168,4 @@ def test_a_sigkill_mid_conversation_loses_nothing_and_regenerates_no_journaled_t
         p.stat().st_size == 0 for p in (run_dir / "journal").glob("*.jsonl")
     )
     manifest = orjson.loads((run_dir / "run.json").read_bytes())
-    assert manifest["schema_version"] == 2
+    assert manifest["schema_version"] == 3

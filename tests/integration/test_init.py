@@ -49,7 +49,16 @@ def test_init_writes_a_config_that_runs_as_written(tmp_path: Path, sim, name: st
 def test_init_suggests_the_repair_selection_and_dedupe_where_the_audit_finds_them(tmp_path: Path, sim) -> None:
     server = sim(*SIM)
     text = _init(tmp_path, "llamafactory/glaive_toolcall_en_demo.json", server.url).read_text()
-    assert 'select = "invalid"' in text and "dedupe = true" in text  # broken turns; exact duplicate rows, no ids
+    # exact duplicate rows, no ids; no turn broken but for its missing reasoning (an answer echoing a long run of
+    # zeros from its prompt is a copy, not a loop: issue 36)
+    assert "dedupe = true" in text and "select = " not in text and "store no reasoning at all" in text
+    broken = tmp_path / "c" / "broken.jsonl"  # the repository's sample: its assistant turns are empty
+    broken.parent.mkdir()
+    broken.write_bytes((ROOT / "data" / "sample_conversations.jsonl").read_bytes())
+    out = tmp_path / "c" / "regen.toml"
+    result = regen("init", str(broken), "--endpoint", server.url, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert 'select = "invalid"' in out.read_text()
     plain = _init(tmp_path / "b", "fastchat_dummy_conversation.json", server.url).read_text()
     assert "select = " not in plain and "store no reasoning at all" in plain  # nothing to repair: add reasoning
 

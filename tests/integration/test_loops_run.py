@@ -18,7 +18,7 @@ from pipeline.loops import find_loop
 from tests.conftest import committed_ids, read_rows, regen
 
 PROMPTS = 200
-MAX_TOKENS = 4096
+MAX_TOKENS = 12288  # ~49,000 characters: the guard stops a loop past 8,000 repeated (loops.GUARD_REPEAT)
 SIM = (
     "--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300",
     "--decode-rate", "20000", "--max-running-requests", "32", "--loop-share", "0.05", "--seed", "4",

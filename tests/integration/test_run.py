@@ -140,4 +140,4 @@ def test_shards_load_with_datasets_and_duckdb(tmp_path: Path, sim) -> None:
     rows = duckdb.sql(f"select count(distinct id), count(*) from read_parquet('{pattern}')").fetchall()
     assert rows == [(40, 40)]
     schema = pq.read_schema(next((tmp_path / "run" / "shards").glob("*.parquet")))
-    assert schema.metadata[b"regen_schema_version"] == b"2"  # schema 2: turns and source_id (conversations)
+    assert schema.metadata[b"regen_schema_version"] == b"3"  # 2: turns and source_id; 3: acceptance, repetition
