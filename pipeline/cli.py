@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from .config import check_api_keys, load_config, with_endpoints
+from .config import check_api_keys, check_endpoints, load_config, with_endpoints
 from .engine.logs import configure as configure_logs
 from .engine.logs import json_configured
 from .errors import InputError, Interrupted, RegenError
@@ -115,6 +115,9 @@ def _args_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--language", action="append", default=[], metavar="CODE", help="the card's language (repeatable)")
     p.add_argument("--push-to-hub", metavar="ORG/NAME", help="then upload the folder as a Hub dataset (HF_TOKEN)")
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
+    p.add_argument(
+        "--allow-simulated", action="store_true", help="with --push-to-hub: publish a run of the simulator anyway"
+    )
     p.add_argument("--original", metavar="PATH", help="repaired: the dataset the run read (default: its input.path)")
     p.add_argument("--on-reject", choices=["keep", "drop"], default="keep", help="repaired: rows rejected again")
     p.add_argument(
@@ -265,6 +268,7 @@ def _run(args: argparse.Namespace, bar: bool) -> int:
         overrides.append(f"output.metrics_port={args.metrics_port}")
     required = () if args.input else ("input.path",)  # a relative default path is never what a real run means
     cfg = with_endpoints(load_config(args.config, overrides, required=required), args.endpoint)
+    check_endpoints(cfg, args.config)
     check_api_keys(cfg, args.config)
     index, count = worker_from_env(args.worker_index, args.num_workers)
     options = RunOptions(
@@ -304,6 +308,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from .server.preflight import format_preflight, preflight
 
     cfg = with_endpoints(load_config(args.config, args.set), args.endpoint)
+    check_endpoints(cfg, args.config)
     check_api_keys(cfg, args.config)
     result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe))
     _print_json(result) if args.json else print(format_preflight(result))
@@ -367,8 +372,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .dataset.card import CardOptions
     from .dataset.export import export_run
 
+    run_dir = _run_dir(args.run_dir)
+    if args.push_to_hub:
+        from .dataset.hub import refuse_simulated
+
+        refuse_simulated(run_dir, allow=args.allow_simulated)  # before the export's work, not after it
     result = export_run(
-        _run_dir(args.run_dir),
+        run_dir,
         format=args.format,
         out=args.out,
         file_format=args.file_format,

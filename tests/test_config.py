@@ -151,6 +151,21 @@ def test_endpoint_values_are_checked(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[[endpoints]]\nurl = 'gpu-node:30000'\n"))
 
 
+def test_no_endpoints_loads_but_is_refused_where_requests_go_out(tmp_path: Path) -> None:
+    """The simulator is never a default: a config without endpoints loads (launch, audit and validate read it) and
+    `check_endpoints` (run, preflight) names the key and the way to ask for the simulator."""
+    from pipeline.config import check_endpoints, with_endpoints
+
+    cfg = load_config(write(tmp_path, "[generation]\nmodel = 'm'\n"))
+    assert cfg.endpoints == () and Config().endpoints == ()
+    with pytest.raises(ConfigError, match=r'c.toml: no \[\[endpoints\]\]: .*url = "sim" for the embedded simulator'):
+        check_endpoints(cfg, "c.toml")
+    with pytest.raises(ConfigError, match="no \\[\\[endpoints\\]\\]"):
+        check_endpoints(load_config(write(tmp_path, "endpoints = []\n")))
+    check_endpoints(with_endpoints(cfg, ["http://127.0.0.1:30000"]))
+    check_endpoints(load_config(write(tmp_path, "endpoints_file = 'servers.txt'\n")))
+
+
 def test_api_keys_must_be_set_where_a_run_uses_them() -> None:
     from pipeline.config import check_api_keys
 

@@ -17,6 +17,7 @@ from pipeline.cli import main
 from pipeline.dataset.export import export_run
 from pipeline.dataset.hub import push_to_hub
 from pipeline.errors import ConfigError
+from pipeline.store.manifest import mark_simulated, updating_manifest
 from tests.test_export_shapes import make_conversation_run
 
 pytest.importorskip("huggingface_hub")
@@ -109,6 +110,24 @@ def test_the_cli_pushes_after_exporting(tmp_path: Path, hub: type[FakeHub], caps
     assert main([*argv, "--license", "mit", "--language", "en"]) == 0
     assert "uploaded to" in capsys.readouterr().out
     assert "data/train-00000.jsonl" in hub.files and b"license: mit" in hub.files["README.md"]
+
+
+def test_a_simulator_run_is_pushed_only_with_allow_simulated(
+    tmp_path: Path, hub: type[FakeHub], capsys: pytest.CaptureFixture
+) -> None:
+    """Refused (exit 2) before the export is written and before the Hub is called; `--allow-simulated` pushes it,
+    and its card says it is the simulator's filler."""
+    make_conversation_run(tmp_path / "run")
+    with updating_manifest(tmp_path / "run") as manifest:
+        mark_simulated(manifest, ["sim"])
+    out = tmp_path / "out"
+    argv = ["export", str(tmp_path / "run"), "--format", "chat", "--out", str(out), "--push-to-hub", "org/n"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is a simulator run (endpoints sim)" in err and "--allow-simulated" in err
+    assert not out.exists() and hub.calls == []
+    assert main([*argv, "--allow-simulated"]) == 0
+    assert b"**Simulated: not model output.**" in hub.files["README.md"]
 
 
 class RecordingApi:

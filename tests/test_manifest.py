@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store.manifest import read_manifest, updating_manifest
+from pipeline.store.manifest import mark_simulated, read_manifest, simulated_endpoints, updating_manifest
 
 UPDATER = textwrap.dedent(
     """
@@ -44,3 +44,17 @@ def test_nothing_is_written_when_the_update_fails(tmp_path):
         manifest["counts"] = {}
         raise RuntimeError("refused midway")
     assert read_manifest(tmp_path) == {"counts": {"worker-0": {"done": 1}}}
+
+
+def test_the_simulated_mark_is_kept_and_read_from_older_runs():
+    """`simulated_endpoints` only grows (the simulator's rows stay in the run), and a run.json written before the
+    mark existed is a simulator run when its config names `url = "sim"`."""
+    old = {"config": {"endpoints": [{"url": "sim"}, {"url": "http://gpu:30000"}]}}
+    assert simulated_endpoints(old) == ["sim"]
+    assert simulated_endpoints({"config": {"endpoints": [{"url": "http://gpu:30000"}]}}) == []
+    manifest: dict = {"config": {"endpoints": [{"url": "http://gpu:30000"}]}}
+    mark_simulated(manifest, [])
+    assert (manifest["simulated"], manifest["simulated_endpoints"]) == (False, [])
+    mark_simulated(manifest, ["http://127.0.0.1:4000"])
+    mark_simulated(manifest, [])  # a resume against real servers
+    assert (manifest["simulated"], simulated_endpoints(manifest)) == (True, ["http://127.0.0.1:4000"])

@@ -6,7 +6,8 @@ through `upload_large_folder` (per-file state kept under the folder's `.cache/hu
 `upload_folder`, which resumes and splits large folders into several commits itself. The token comes from
 `HF_TOKEN` (or the library's saved login), the Hub's address from `HF_ENDPOINT` (a mirror or a private Hub; read
 when pushing, not when the library was imported). `api` is the seam: an `HfApi` pointed at another endpoint, or
-any object with the same `create_repo` / `upload_*` methods.
+any object with the same `create_repo` / `upload_*` methods. A run of the simulator is not published unless asked
+(`refuse_simulated`, checked before the export is written).
 """
 
 from __future__ import annotations
@@ -15,10 +16,22 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, OutputError, RegenError
+from ..errors import ConfigError, InputError, OutputError, RegenError
+from ..store.manifest import manifest_or_empty, simulated_endpoints
 
 REPO_TYPE = "dataset"
 _IGNORE = [".*.tmp", "**/.*.tmp"]  # an interrupted export's temp files, never data
+
+
+def refuse_simulated(run_dir: Path, *, allow: bool = False) -> None:
+    """A run of regen's simulator holds filler text, not a model's completions: publishing it is refused (InputError)
+    unless `allow` (`--allow-simulated`, for a demo or a test of the upload)."""
+    sims = simulated_endpoints(manifest_or_empty(run_dir))
+    if sims and not allow:
+        raise InputError(
+            f"{run_dir} is a simulator run (endpoints {', '.join(sims)}): its completions are filler text, not model "
+            "output; refusing to push it to the Hub. Pass --allow-simulated to publish it anyway"
+        )
 
 
 def push_to_hub(folder: Path, repo_id: str, *, private: bool = False, token: str | None = None, api: Any = None) -> str:

@@ -46,7 +46,15 @@ from ..inputs.stored import INLINE, REASONING_FIELDS, fingerprint, split_message
 from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
 from ..store.manifest import read_manifest
-from .card import CARD, CardOptions, front_matter, generation_section, markdown_table, publisher_note
+from .card import (
+    CARD,
+    CardOptions,
+    front_matter,
+    generation_section,
+    markdown_table,
+    publisher_note,
+    simulated_note,
+)
 from .redact import Hosts
 from .rewrite import BATCH_ROWS, rewrite
 
@@ -375,6 +383,7 @@ def _card(run_dir: Path, report: dict[str, Any], kinds: set[str]) -> str:
         f"{len(c['files'])} files, in the original order and format. Every row was audited with the validators of "
         "`regen run`; the rows the run regenerated and accepted carry the new assistant turns, every other row is "
         f"the original, as is every regenerated row that no longer holds the conversation the run answered.\n",
+        simulated_note(manifest),
         publisher_note(opts),
         "## Repair\n\n" + markdown_table(("rows", "count"), counts),
         "## By audit reason\n\nThe reasons of each original row (a row failing for two counts under both; `ok`: it "

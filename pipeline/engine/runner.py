@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..config import Config, EndpointConfig, api_key_for, read_endpoints_file
+from ..config import Config, EndpointConfig, api_key_for, check_endpoints, read_endpoints_file
 from ..endpoints.autosize import Autosizer
 from ..endpoints.client import EndpointClient
 from ..endpoints.health import HealthMonitor
@@ -37,7 +37,7 @@ from ..schema import bad_input_row
 from ..store import DoneSet, ResumeState, RunStore, heartbeat, id_hashes, owns_many
 from ..store.durable import output_errors
 from ..store.layout import RunLayout
-from ..store.manifest import begin_run, updating_manifest
+from ..store.manifest import SIM_URL, begin_run, mark_simulated, updating_manifest
 from ..store.remote import output_dir
 from .dispatcher import Dispatcher
 from .gate import Gate, capacity_of
@@ -119,6 +119,7 @@ def _env_int(name: str) -> int:
 
 def run(cfg: Config, options: RunOptions = RunOptions(), on_progress: ProgressFn | None = None) -> RunSummary:
     """Run (or resume) the generation described by `cfg`. Raises a RegenError subclass on failure."""
+    check_endpoints(cfg)
     return asyncio.run(Runner(cfg, options, on_progress).main())
 
 
@@ -138,6 +139,9 @@ class Runner:
         self._queue: asyncio.Queue[Prompt | None] | None = None
         self._started = time.time()
         self._ended = ""  # how the run ended, for its last heartbeat: finished, interrupted ("" = stopped on an error)
+        # Endpoints known to be regen's simulator, URL -> the name run.json's `simulated_endpoints` lists ("sim" for
+        # the embedded one, whose URL is a port of the moment; its URL for a `regen sim` found by preflight).
+        self._simulated: dict[str, str] = {}
         out = cfg.output
         self.exporter = Exporter(out.metrics_host, out.metrics_port, worker=options.worker_index)
 
@@ -271,6 +275,8 @@ class Runner:
 
     async def _open_endpoint(self, url: str, ep: EndpointConfig) -> EndpointState:
         assert self._stack is not None
+        if ep.url == SIM_URL:
+            self._simulated[url] = SIM_URL
         proxy = proxy_for(url)
         if proxy:  # followed, as curl and httpx do; said, because a cluster's proxy is rarely meant for its GPUs
             log.warning(
@@ -485,8 +491,17 @@ class Runner:
             slim.setdefault("endpoints", []).append(
                 {k: result.get(k) for k in ("url", "ok", "reachable", "version", "info", "checks")}
             )
+        for r in slim.get("endpoints", []):
+            if (r.get("info") or {}).get("simulator"):
+                self._simulated.setdefault(r["url"], r["url"])
+        for name in sorted(set(self._simulated.values())):
+            log.warning(
+                "endpoint %s is regen's simulator: its completions are filler text, not model output (run.json, "
+                "status, inspect and the dataset card say so)", name, extra={"event": "simulator", "url": name},
+            )  # fmt: skip
         with updating_manifest(self.run_dir) as manifest:
             manifest["preflight"] = slim
+            mark_simulated(manifest, self._simulated.values())
 
     def _snapshot(self) -> dict[str, Any]:
         snap = self.metrics.snapshot()
@@ -506,6 +521,10 @@ class Runner:
             manifest.setdefault("counts", {})[f"worker-{self.opt.worker_index}"] = {
                 k: snap[k] for k in ("total", "done", "accepted", "rejected", "rejected_by_reason", "pending")
             }
+            for url, report in self.gate.results.items() if self.gate else ():  # admitted since the start
+                if report.info.get("simulator"):
+                    self._simulated.setdefault(url, url)
+            mark_simulated(manifest, self._simulated.values())
         self.exporter.publish(snap, finished=True)
         self._ended = "interrupted" if interrupted else "finished"
         heartbeat.beat(self.run_dir, self.opt.worker_index, self._started, self._ended)

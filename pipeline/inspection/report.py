@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .textview import SPEC_NONE, SPEC_UNIT, elide
+from .textview import SPEC_NONE, SPEC_UNIT, elide, simulated_lines
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,6 +33,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
     """Write `report` (from inspect_run) to `path` as a single offline HTML page."""
     body = [
         f"<h1>regen inspect: {_e(report['run_dir'])}</h1>",
+        *(f'<p class="warn">{_e(line)}</p>' for line in simulated_lines(report)),
         _summary(report),
         "<h2>Plots</h2>",
         '<div class="plots">',

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from ..store import acceptance, heartbeat
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
-from ..store.manifest import manifest_or_empty
+from ..store.manifest import manifest_or_empty, simulated_endpoints
 from ..store.remote import remote_of
 from ..store.scan import duplicates
 from . import rundir
@@ -58,6 +58,8 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         "in_journal": len(journal),
         "reject_rate": acc.rejected / done if done else 0.0,
     }
+    status["simulated_endpoints"] = simulated_endpoints(man)
+    status["simulated"] = bool(status["simulated_endpoints"])  # regen's simulator wrote (some of) the rows
     status["workers"] = workers = _workers(run_dir, now)
     status["live_workers"] = sum(w["live"] for w in workers)
     dead = {w["worker"] for w in workers if not w["live"]}

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.layout import REJECTS, SHARDS
+from ..store.manifest import manifest_or_empty, simulated_endpoints
 from . import stats
 from .frame import Frame
 from .sample import choose, fetch_rows, sample_entry
@@ -57,7 +58,9 @@ def inspect_run(
         filters={"shard": shard, "reason": reason, "endpoint": endpoint, "where": where},
         files=len(files),
         damaged=[str(d) for d in damaged_parts(run_dir)],
+        simulated_endpoints=simulated_endpoints(manifest_or_empty(run_dir)),
     )
+    report["simulated"] = bool(report["simulated_endpoints"])  # the rows are the simulator's filler, not a model's
     report.update(_problems(d))
     labels = [_label(f) for f in frame.files]
     report["per_shard"] = stats.group_table(d, frame.file_idx, labels, same_kind=True)

@@ -64,6 +64,7 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for reason, n in status["rejected_by_reason"].items():
         lines.append(f"    {reason:<22} {n:>10,}")
+    lines += simulated_lines(status)
     lines += _worker_lines(status.get("workers") or [])
     lines.append(
         f"rate: recent {rates['recent_completions_per_s']:.2f}/s {rates['recent_output_tokens_per_s']:,.0f} tok/s; "
@@ -105,6 +106,14 @@ def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def simulated_lines(result: dict[str, Any]) -> list[str]:
+    """The line that says regen's simulator wrote the rows (empty for a run of real servers)."""
+    if not result.get("simulated"):
+        return []
+    sims = ", ".join(result["simulated_endpoints"])
+    return [f"SIMULATED: the simulator ({sims}) served this run: its rows are filler text, not model output"]
+
+
 def store_problems(result: dict[str, Any]) -> list[str]:
     """Lines about damaged committed files and ids committed twice (empty when there are none)."""
     lines = [f"DAMAGED: {d} (skipped; `regen run` sets it aside and regenerates its ids)" for d in result["damaged"]]
@@ -138,6 +147,7 @@ def _inspect_head(r: dict[str, Any]) -> str:
         f"run {r['run_dir']}: {r['rows']:,} rows in {r['files']} files" + (f" (filters: {active})" if active else ""),
         f"accepted {r['accepted']:,}  rejected {r['rejected']:,} ({_pct(r['reject_rate'])})",
     ]
+    lines += simulated_lines(r)
     lines += [f"DAMAGED: {d} (skipped)" for d in r["damaged"]]
     lines += [f"    {k:<22} {v:>10,}" for k, v in r["rejected_by_reason"].items()]
     lines.append("finish reasons: " + ", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items()))

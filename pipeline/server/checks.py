@@ -34,6 +34,7 @@ class Observed:
     info_path: str = "/server_info"
     router_workers: list[str] | None = None
     probe: dict[str, Any] | None = None
+    simulator: bool = False  # it answers the simulator's own GET /_sim/stats: `regen sim`, not a model
 
 
 # ---------------------------------------------------------------- judging (pure)
@@ -333,6 +334,7 @@ def info_of(got: Observed) -> dict[str, Any]:
         "probe_finish_reason": (got.probe or {}).get("finish_reason"),
         "probe_attempts": (got.probe or {}).get("attempts"),
         "router_workers": got.router_workers,
+        "simulator": got.simulator,
     }
 
 

@@ -25,7 +25,7 @@ from ..config import ClientConfig, Config, EndpointConfig, api_key_for
 from ..endpoints import failures
 from ..endpoints.retry import RetryPolicy
 from ..endpoints.transport import Transport
-from ..errors import EndpointDownError, RetryableRequestError
+from ..errors import EndpointDownError, RegenError, RetryableRequestError
 from . import server_args
 from .checks import (
     Check,
@@ -91,6 +91,7 @@ async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sl
     got.models = [str(m.get("id")) for m in (body or {}).get("data") or [] if isinstance(m, dict)]
     got.health = await _health(get)
     got.info, got.info_path = await _server_info(get)
+    got.simulator = await _is_simulator(ctl)
     if _is_router(got.info):
         got.router_workers = await _router_workers(get)
     if probe:
@@ -120,6 +121,17 @@ async def _server_info(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> tupl
         if status == 200 and isinstance(body, dict):
             return body, path
     return None, "/server_info"
+
+
+async def _is_simulator(ctl: Control) -> bool:
+    """Whether the server is regen's simulator. Its /server_info is SGLang's to the key (that is its job), so the
+    tell is a route only it has: GET /_sim/stats answering its counters. Asked once, never retried: a real server
+    answers 404, and a failure here says nothing about the server's health."""
+    try:
+        status, body = await ctl.json("/_sim/stats")
+    except RegenError:
+        return False
+    return status == 200 and isinstance(body, dict) and "generations_total" in body
 
 
 def _is_router(info: Mapping[str, Any] | None) -> bool:
@@ -215,7 +227,9 @@ async def check_endpoint(
             checks += judge_concurrency(sum(caps), ep, "the router's workers together run")
     checks += judge_probe(got, cfg, expect_keys)
     version = (got.info or {}).get("version")
-    return EndpointReport(url, reachable, tuple(checks), info_of(got), version, workers)
+    info = info_of(got)
+    info["simulator"] = got.simulator or any(w.info.get("simulator") for w in workers or ())
+    return EndpointReport(url, reachable, tuple(checks), info, version, workers)
 
 
 async def _check_workers(
@@ -299,6 +313,8 @@ def format_preflight(result: Mapping[str, Any]) -> str:
         head = f"{ep['url']}  {'OK' if ep['ok'] else 'FAILED'}" + (
             f"  (SGLang {ep['version']})" if ep.get("version") else ""
         )
+        if (ep.get("info") or {}).get("simulator"):
+            head += "  SIMULATOR: regen's simulator, whose completions are filler text"
         rows = [("check", "expected", "actual", "verdict", "hint")]
         for c in ep["checks"]:
             failed = "DRIFT" if ep.get("reachable", True) else "DOWN"  # a server not reached said nothing to differ

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,27 @@ def validate_config_of(man: dict[str, Any]) -> ValidateConfig:
 
 def thinking_of(man: dict[str, Any]) -> bool:
     return bool(((man.get("config") or {}).get("generation") or {}).get("thinking", True))
+
+
+SIM_URL = "sim"  # an endpoint url that starts the embedded simulator (config.check_url)
+
+
+def simulated_endpoints(man: dict[str, Any]) -> list[str]:
+    """The endpoints of the run that were regen's simulator, [] for a run of real servers only: what the runner
+    recorded before its first prompt (`simulated_endpoints`: `sim` as the config names the embedded one, the URL of a
+    server preflight found to be `regen sim`), or for a run older than that record, a `url = "sim"` in its config."""
+    if "simulated" in man:
+        return sorted(str(url) for url in man.get("simulated_endpoints") or [])
+    endpoints = (man.get("config") or {}).get("endpoints") or []
+    return [SIM_URL] if any(isinstance(ep, dict) and ep.get("url") == SIM_URL for ep in endpoints) else []
+
+
+def mark_simulated(man: dict[str, Any], endpoints: Iterable[str]) -> None:
+    """Record in run.json (inside `updating_manifest`) that `endpoints` were the simulator. Never unmarked: rows a
+    simulator wrote stay in the run when a resume talks to real servers, so `simulated` is true from then on."""
+    known = set(simulated_endpoints(man)) | set(endpoints)
+    man["simulated"] = bool(known)
+    man["simulated_endpoints"] = sorted(known)
 
 
 def record_set_aside(run_dir: Path, moves: list[dict[str, str]]) -> None:

@@ -70,6 +70,7 @@ def test_router_workers_are_checked_one_by_one() -> None:
     failed = [c for c in report["checks"] if not c["ok"]]
     assert [(c.get("worker"), c["key"], c["actual"]) for c in failed] == [(drifted, "speculative_algorithm", None)]
     assert report["info"]["probe_rid"].startswith("regen-probe-") and report["info"]["router_workers"]
+    assert report["info"]["simulator"] is True  # both workers are simulators
     concurrency = next(c for c in report["checks"] if c["name"] == "concurrency")
     assert concurrency["actual"] == sum(w["info"]["effective_max_running_requests"] for w in report["workers"])
     assert drifted in format_preflight({"ok": False, "endpoints": [report]})
