@@ -85,6 +85,9 @@ class ClientConfig:
     connect_timeout_s: float = 10.0
     stream: bool = True  # needed by loop_guard; false: one JSON body per completion (the guard cannot run)
     loop_guard: bool = True  # stop a streaming generation once it loops (abort on the server, resample)
+    # an input with tools and a server that reports no tool-call parser: the run refuses to start (exit 3) unless
+    # true (every turn that calls a tool is then rejected `tool_call`, its markup never stored as an answer)
+    allow_no_tool_parser: bool = False
     stall_timeout_s: float = 120.0
     hang_floor_s: float = 600.0  # a request is hung (aborted, retried elsewhere) after max(hang_floor_s,
     hang_slack: float = 3.0  # hang_slack * max_tokens / the endpoint's slow decode rate); see engine/deadline.py

@@ -70,7 +70,22 @@ class Gate:
                 self.pool.mark_down(ep, f"{why}; probing until it is up, {self._deadline()}")
         if self.needs_tools:
             reports = [self._tool_parsers(report) for report in reports]
+            self._refuse_without_tool_parser(reports)
         return {"skipped": False, "endpoints": [r.as_json() for r in reports]}
+
+    def _refuse_without_tool_parser(self, reports: list[EndpointReport]) -> None:
+        """The input has tools and a server parses no tool calls: its model's calls would come back as text. Every
+        such turn would be rejected `tool_call` (never stored as an answer), so the run stops before sending
+        anything (exit 3, as on drift) unless `client.allow_no_tool_parser` says to go on."""
+        missing = [c for r in reports for c in r.checks if c.key == "tool_call_parser" and c.level == "warning"]
+        if not missing or self.cfg.client.allow_no_tool_parser:
+            return
+        raise PreflightError(
+            "preflight failed: the input has tools, but a server parses no tool calls; no prompt was sent.\n"
+            + "\n".join(f"  {c.hint}" for c in missing)
+            + "\n(a call would come back as text and be rejected tool_call, never stored as an answer; set "
+            "client.allow_no_tool_parser = true to run anyway)"
+        )
 
     def _tool_parsers(self, report: EndpointReport) -> EndpointReport:
         """Warn, before any prompt is sent, about each server that would leave tool calls in the text; the report

@@ -243,20 +243,31 @@ def test_a_sigkill_mid_tool_run_then_a_rerun_stores_every_id_once_in_turn_order(
         )
 
 
-def test_a_server_without_a_tool_call_parser_is_reported_before_the_run(tmp_path: Path, sim) -> None:
+def test_a_server_without_a_tool_call_parser_stops_the_run_before_any_prompt(tmp_path: Path, sim) -> None:
     data = tmp_path / "marked.jsonl"
     _marked(data)
     bare = sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "40")
-    done = regen("run", str(_config(tmp_path, bare.url, data)), "--no-progress")
+    cfg = _config(tmp_path, bare.url, data)
+    done = regen("run", str(cfg), "--no-progress")
+    assert done.returncode == 3, done.stderr  # like drift: nothing sent
     assert "the input has tools but the server parses no tool calls" in done.stderr
-    assert "--tool-call-parser NAME" in done.stderr
+    assert "--tool-call-parser NAME" in done.stderr and "client.allow_no_tool_parser" in done.stderr
+    assert bare.stats()["with_tools"] == {}  # no generation request carried the rows' tools
+    # opted out: each call comes back as text, and that text is never stored as an answer
+    done = regen("run", str(cfg), "--no-progress", "--set", "client.allow_no_tool_parser=true")
+    assert done.returncode == 0, done.stderr
+    assert "the input has tools but the server parses no tool calls" in done.stderr  # still said
+    accepted, rejected = _rows(tmp_path / "run"), _rows(tmp_path / "run", "rejects")
+    assert set(accepted) == {"once", "plain"} and set(rejected) == {"always"}
+    assert accepted["once"]["attempts"] == 2  # its first answer was a call in text: rejected, resampled
+    assert rejected["always"]["reason"] == "tool_call" and "--tool-call-parser" in rejected["always"]["detail"]
+    assert not any("<tool_call>" in (r["answer"] or "") for r in accepted.values())
     manifest = orjson.loads((tmp_path / "run" / "run.json").read_bytes())
     assert "tool_call_parser" in json.dumps(manifest["preflight"])
-    # without a parser the call stays in the text: the turn is stored as an answer, which is what the warning is for
     with_parser = sim(*SIM, "--mean-output-tokens", "40")
     (tmp_path / "again").mkdir()
     quiet = regen("run", str(_config(tmp_path / "again", with_parser.url, data)), "--no-progress")
-    assert "--tool-call-parser" not in quiet.stderr
+    assert quiet.returncode == 0 and "--tool-call-parser" not in quiet.stderr
 
 
 def test_reason_tool_use_keeps_its_calls_and_regenerates_its_text_turns_as_parts(tmp_path: Path, sim) -> None:
