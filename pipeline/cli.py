@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from .config import check_api_keys, check_endpoints, load_config, with_endpoints
+from .config import Config, check_api_keys, check_endpoints, load_config, with_endpoints
 from .engine.logs import configure as configure_logs
 from .engine.logs import json_configured
 from .errors import InputError, Interrupted, RegenError
@@ -310,9 +310,25 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     cfg = with_endpoints(load_config(args.config, args.set), args.endpoint)
     check_endpoints(cfg, args.config)
     check_api_keys(cfg, args.config)
-    result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe))
+    tools = _input_has_tools(cfg)
+    result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe, tools=tools))
     _print_json(result) if args.json else print(format_preflight(result))
     return 0 if result["ok"] else 1
+
+
+def _input_has_tools(cfg: Config) -> bool:
+    """Whether the config's input (its first rows, as `regen run` reads them) carries tools; False when there is no
+    input to read (preflight checks servers, not data)."""
+    from .engine.refusals import FIRST_ROWS
+    from .inputs.reader import PromptReader, first_rows_have_tools
+
+    if not cfg.input.path:
+        return False
+    try:
+        reader = PromptReader(cfg.input, generation=cfg.generation, validate=cfg.validate)
+        return first_rows_have_tools(reader, FIRST_ROWS)
+    except RegenError:
+        return False
 
 
 def cmd_launch(args: argparse.Namespace) -> int:

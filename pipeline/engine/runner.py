@@ -9,7 +9,6 @@ Interrupted (exit 130): rerunning the same command resumes.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import signal
@@ -31,7 +30,7 @@ from ..endpoints.pool import Pool
 from ..endpoints.state import DRAINING, EndpointState
 from ..endpoints.transport import proxy_for, shown
 from ..errors import ConfigError, Interrupted, RegenError
-from ..inputs.reader import PromptReader
+from ..inputs.reader import PromptReader, first_rows_have_tools
 from ..records import BadInput, Prompt, Turn
 from ..schema import bad_input_row
 from ..store import DoneSet, ResumeState, RunStore, heartbeat, id_hashes, owns_many
@@ -190,7 +189,7 @@ class Runner:
                     prefer_wait_s=self.cfg.client.sticky_wait_s,
                 )
                 self.gate = Gate(self.cfg, self.pool, skip=self.opt.skip_preflight, workers=self.opt.num_workers)
-                self.gate.needs_tools = await asyncio.to_thread(_first_rows_have_tools, reader)
+                self.gate.needs_tools = await asyncio.to_thread(first_rows_have_tools, reader, FIRST_ROWS)
                 record = await self.gate.admit_all()
                 self._record_preflight(record)
                 interrupted = await self._engine(reader, state.done, store)
@@ -543,12 +542,6 @@ class Runner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-
-
-def _first_rows_have_tools(reader: PromptReader) -> bool:
-    """Whether any of the input's first FIRST_ROWS rows carries tools (preflight then wants a tool-call parser)."""
-    first = itertools.islice(itertools.chain.from_iterable(reader.iter_batches()), FIRST_ROWS)
-    return any(isinstance(item, Prompt) and item.tools for item in first)
 
 
 def _append_line(path: Path, line: bytes) -> None:

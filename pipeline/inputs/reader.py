@@ -34,6 +34,7 @@ dataset.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -383,3 +384,9 @@ class PromptReader:
 
     def _bad_id(self, path: Path, row: int) -> str:
         return f"bad-input:{self._labels.get(path, path.name)}:{row}"
+
+
+def first_rows_have_tools(reader: PromptReader, rows: int) -> bool:
+    """Whether any of the input's first `rows` rows carries tools (preflight then wants a tool-call parser)."""
+    first = itertools.islice(itertools.chain.from_iterable(reader.iter_batches()), rows)
+    return any(isinstance(item, Prompt) and item.tools for item in first)

@@ -39,6 +39,7 @@ from .checks import (
     judge_info,
     judge_probe,
     judge_reach,
+    judge_tool_parser,
     worker_checks,
 )
 from .control import Control, Sleep, UnresolvedHost, control_plane, retrying
@@ -246,9 +247,12 @@ async def _check_workers(
     return tuple(await asyncio.gather(*tasks))
 
 
-async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool = True) -> dict[str, Any]:
+async def preflight(
+    cfg: Config, *, urls: list[str] | None = None, probe: bool = True, tools: bool = False
+) -> dict[str, Any]:
     """Preflight every endpoint at once: {ok, endpoints: [...]}. `url = "sim"` endpoints start the embedded
-    simulator with their sim_args for the duration; `urls` replaces the config's endpoints."""
+    simulator with their sim_args for the duration; `urls` replaces the config's endpoints. `tools`: the input
+    has tools, so a server that parses no tool calls fails (a warning with `client.allow_no_tool_parser`)."""
     endpoints = [EndpointConfig(url=u) for u in urls] if urls else list(cfg.endpoints)
     async with AsyncExitStack() as stack:
         jobs = []
@@ -263,7 +267,20 @@ async def preflight(cfg: Config, *, urls: list[str] | None = None, probe: bool =
             api_key = api_key_for(ep.api_key_env, "api_key_env")
             jobs.append(check_endpoint(url, local, api_key=api_key, probe=probe))
         reports = list(await asyncio.gather(*jobs))
+    if tools:
+        reports = [_with_tool_parser(r, allowed=cfg.client.allow_no_tool_parser) for r in reports]
     return {"ok": all(r.ok for r in reports), "endpoints": [r.as_json() for r in reports]}
+
+
+def _with_tool_parser(report: EndpointReport, *, allowed: bool) -> EndpointReport:
+    """The report with a check per server that parses no tool calls: failing, as `regen run` refuses to start on
+    it, unless the user allowed it (then a warning)."""
+    missing = judge_tool_parser(report)
+    if not allowed:
+        missing = [dataclasses.replace(c, ok=False, level="error") for c in missing]
+    if not missing:
+        return report
+    return dataclasses.replace(report, checks=report.checks + tuple(missing))
 
 
 async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig) -> tuple[str, str]:

@@ -248,6 +248,12 @@ def test_a_server_without_a_tool_call_parser_stops_the_run_before_any_prompt(tmp
     _marked(data)
     bare = sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "40")
     cfg = _config(tmp_path, bare.url, data)
+    checked = regen("preflight", str(cfg), "--json")  # preflight reads the input's first rows as the run does
+    assert checked.returncode == 1, checked.stderr
+    [failing] = [c for c in json.loads(checked.stdout)["endpoints"][0]["checks"] if not c["ok"]]
+    assert failing["key"] == "tool_call_parser" and "--tool-call-parser NAME" in failing["hint"]
+    allowed = regen("preflight", str(cfg), "--set", "client.allow_no_tool_parser=true")
+    assert allowed.returncode == 0 and "--tool-call-parser NAME" in allowed.stdout  # a warning then
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 3, done.stderr  # like drift: nothing sent
     assert "the input has tools but the server parses no tool calls" in done.stderr
