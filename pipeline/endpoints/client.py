@@ -100,8 +100,8 @@ class EndpointClient:
         self.server_version: str | None = None  # SGLang's, once preflight read it: the parser-off split follows it
         self.spec_field: str | None = None  # the request field that asks for the acceptance (adopt), or None
         self.speculative: bool | None = None  # whether /server_info names a speculative algorithm (None: unknown)
-        self.router = False
-        self._spec_silence_told = False
+        self.router = False  # sglang-router: asked for nothing (its version is not its workers')
+        self._spec_silence_told = False  # the log has said once why this server's rows have no acceptance
         self.gen = gen
         self.cfg = client
         self.concurrency = concurrency  # the configured value, for reports; the pool enforces capacity
