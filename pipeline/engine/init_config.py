@@ -67,6 +67,12 @@ def _notes(shape: Shape, served: dict[str, Any], endpoints: list[str]) -> list[s
         notes.append(f"{shape.duplicate_ids} repeated ids in the first rows: dedupe keeps the first of each")
     if served.get("error"):
         notes.append(f"the endpoints did not say what they serve ({served['error']}): model and [expect] are guesses")
+    elif served and shape.fields.get("tools") and not served["expect"].get("tool_call_parser"):
+        notes.append(
+            f"the rows carry tools but {served['url']} parses no tool calls: `regen run` stops before sending "
+            "(exit 3); start the server with --tool-call-parser NAME (qwen25 for Qwen2.5/Qwen3, ...), or set "
+            "client.allow_no_tool_parser = true to have each call left as text rejected tool_call"
+        )
     if not endpoints:
         notes.append(f"no --endpoint given: the endpoint is {DEFAULT_URL}")
     return notes

@@ -18,7 +18,8 @@ TEXT = [
     "llamafactory/reason_tool_use_demo_50.jsonl",
     "llamafactory/v1_sft_demo.jsonl",
 ]
-SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
+SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25",
+       "--mean-output-tokens", "200")  # fmt: skip
 
 
 def _init(tmp_path: Path, name: str, url: str) -> Path:
@@ -36,7 +37,8 @@ def test_init_writes_a_config_that_runs_as_written(tmp_path: Path, sim, name: st
     text = cfg.read_text()
     loaded = load_config(str(cfg), [])  # strict: every key it writes is a real one
     assert loaded.generation.model == "Qwen3.6-27B" and dict(tomllib.loads(text)["expect"]) == {
-        "reasoning_parser": "qwen3"
+        "reasoning_parser": "qwen3",
+        "tool_call_parser": "qwen25",
     }
     for key in ("path = ", "keep_fields = ", "dir = ", "model = ", "api_key_env = "):
         (line,) = [x for x in text.splitlines() if x.startswith(key)]
@@ -61,6 +63,17 @@ def test_init_suggests_the_repair_selection_and_dedupe_where_the_audit_finds_the
     assert 'select = "invalid"' in out.read_text()
     plain = _init(tmp_path / "b", "fastchat_dummy_conversation.json", server.url).read_text()
     assert "select = " not in plain and "store no reasoning at all" in plain  # nothing to repair: add reasoning
+
+
+def test_init_says_a_server_without_a_tool_call_parser_stops_a_run_with_tools(tmp_path: Path, sim) -> None:
+    server = sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3")
+    out = tmp_path / "regen.toml"
+    result = regen("init", str(DATASETS / "llamafactory/glaive_toolcall_en_demo.json"), "--endpoint", server.url,
+                   "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "parses no tool calls: `regen run` stops before sending (exit 3)" in out.read_text()
+    run = regen("run", str(out), "--no-progress", "--limit", "2")
+    assert run.returncode == 3 and "client.allow_no_tool_parser" in run.stderr
 
 
 def test_init_on_an_image_dataset_says_its_rows_are_refused(tmp_path: Path, sim) -> None:
