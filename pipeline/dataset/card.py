@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..errors import OutputError
-from ..store import acceptance
+from ..store import acceptance, repetition
 from ..store.files import readable_parts
 from ..store.layout import MANIFEST, REJECTS, SHARDS
 from ..store.manifest import simulated_endpoints
@@ -114,6 +114,7 @@ def run_stats(run_dir: Path) -> dict[str, Any]:
         "spec_accept_length": acceptance.summary(
             acceptance.concat(acceptance.file_turns(path) for path in readable_parts(run_dir / SHARDS))
         ),
+        "repetition": repetition.summary(repetition.file_count(path) for path in readable_parts(run_dir / SHARDS)),
     }
 
 
@@ -191,9 +192,24 @@ def _body(summary: dict[str, Any], manifest: dict[str, Any], stats: dict[str, An
         _counts_section(stats),
         _lengths_section(stats),
         _spec_note(stats.get("spec_accept_length")),
+        _repetition_note(stats.get("repetition")),
         _reproduce_section(manifest),
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _repetition_note(rep: dict[str, Any] | None) -> str:
+    """How many rows keep verbatim repetition the model ended itself: kept on purpose, and said so."""
+    if not rep or not rep.get("measured"):
+        return ""
+    if not rep["rows"]:
+        return "Repetition: no row repeats a unit verbatim at length (`repetition_chars` is 0 throughout).\n"
+    return (
+        f"Repetition: {rep['rows']:,} of {rep['measured']:,} rows ({rep['share']:.1%}) repeat a unit verbatim and "
+        f"then end (the longest run: {rep['longest_chars']:,} characters; column `repetition_chars`). They are "
+        "kept on purpose: the model ended each of them itself (an answer asked to repeat: a table, a refrain, a "
+        "value written N times); a generation that fell into repetition it never left was rejected `looping`.\n"
+    )
 
 
 def _simulated_note(manifest: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..store import acceptance, heartbeat
+from ..store import acceptance, heartbeat, repetition
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.manifest import manifest_or_empty, simulated_endpoints
 from ..store.remote import remote_of
@@ -73,7 +73,15 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
     _merge_metrics_endpoints(run_dir, status, now, dead)
     status["loops"] = _loops(run_dir)
     status["spec_accept_length"] = _acceptance(run_dir, journal)
+    status["repetition"] = _repetition(run_dir, journal)
     return status
+
+
+def _repetition(run_dir: Path, journal: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Accepted rows that keep a repetition the model ended itself (store/repetition.py): the shards and the
+    journal's accepted rows not committed yet."""
+    pending = repetition.row_count(e["row"] for e in journal.values() if e["kind"] == "accepted")
+    return repetition.summary([*(repetition.file_count(f.path) for f in shard_files(run_dir)), pending])
 
 
 def _acceptance(run_dir: Path, journal: dict[str, dict[str, Any]]) -> dict[str, Any]:

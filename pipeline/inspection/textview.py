@@ -52,6 +52,16 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
 
 
+def repetition_lines(rep: dict[str, Any] | None) -> list[str]:
+    """Accepted rows that keep a repetition the model ended itself (kept on purpose; validate.reject_looping)."""
+    if not rep or not rep.get("rows"):
+        return []
+    return [
+        f"kept repetition: {rep['rows']:,} of {rep['measured']:,} accepted rows ({_pct(rep['share'])}) repeat a unit "
+        f"the model then ended (longest run {rep['longest_chars']:,} chars; repetition_chars)"
+    ]
+
+
 def format_status(status: dict[str, Any]) -> str:
     total = status["total"]
     done = status["done"]
@@ -88,6 +98,7 @@ def format_status(status: dict[str, Any]) -> str:
         headers = ["endpoint", "accepted", "rejected", "rej%", "inflight", "errors", "lat p50", "lat p99"]
         lines += ["", table(headers, rows)]
     lines += spec_lines(status.get("spec_accept_length"))
+    lines += repetition_lines(status.get("repetition"))
     if status["last_errors"]:
         lines += ["", "last errors:"] + [f"    {err}" for err in status["last_errors"]]
     return "\n".join(lines + store_problems(status))

@@ -116,13 +116,22 @@ def test_stored_rows_are_what_the_model_finished(tmp_path: Path, sim, client: st
         assert looped["tokens"] < 0.3 * 2 * len(loops) * 60_000 / 4
 
 
-def test_inspect_counts_kept_repetition(tmp_path: Path, sim) -> None:
+def test_inspect_status_and_the_card_count_kept_repetition(tmp_path: Path, sim) -> None:
     _, loops, rows, _, _ = _run(tmp_path, sim, "")
     run_dir = tmp_path / "run"
     inspected = json.loads(regen("inspect", str(run_dir), "--json").stdout)
-    repetitive = sum(1 for r in rows if r["repetition_chars"])
-    assert repetitive >= 12
-    assert inspected["repetition"]["rows"] == repetitive + len(loops)  # the kept ones and the rejected loops
+    repetitive = [r["repetition_chars"] for r in rows if r["repetition_chars"]]
+    assert len(repetitive) >= 12
+    assert inspected["repetition"]["rows"] == len(repetitive) + len(loops)  # the kept ones and the rejected loops
+    status = json.loads(regen("status", str(run_dir), "--json").stdout)["repetition"]
+    assert status == {"measured": len(rows), "rows": len(repetitive), "share": len(repetitive) / len(rows),
+                      "longest_chars": max(repetitive)}  # fmt: skip
+    text = regen("status", str(run_dir)).stdout
+    assert f"kept repetition: {len(repetitive)} of {len(rows)} accepted rows" in text
+    out = tmp_path / "export"
+    assert regen("export", str(run_dir), "--format", "chat", "--out", str(out)).returncode == 0
+    card = (out / "README.md").read_text()
+    assert f"Repetition: {len(repetitive)} of {len(rows)} rows" in card and "kept on purpose" in card
 
 
 def test_a_repair_pastes_only_what_the_model_finished(tmp_path: Path, sim) -> None:
