@@ -22,6 +22,7 @@ from ..config import Config
 from ..endpoints.retry import RetryPolicy
 from ..endpoints.state import PUSHBACK_STATUSES
 from ..endpoints.transport import Reply
+from ..endpoints.wire import Pieces
 from ..errors import RequestError, RetryableRequestError
 from ..sglang.releases import spec_details_field
 from .control import Control, Sleep
@@ -90,15 +91,18 @@ def _parse_probe(resp: Reply) -> dict[str, Any]:
     if resp.status != 200 or not isinstance(obj, dict) or not obj.get("choices"):
         message = obj.get("message") or obj.get("error") if isinstance(obj, dict) else obj
         return {"error": f"HTTP {resp.status}: {str(message)[:300]}", "status": resp.status}
-    choice = obj["choices"][0]
-    message = choice.get("message") or {}
-    meta = choice.get("meta_info") or {}
-    spec = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
-    accept = meta.get("spec_accept_length") or spec.get("spec_accept_length") or spec.get("accept_length")
+    pieces = Pieces()  # the one reader of a completion (endpoints/wire.py): reasoning_content or vLLM's reasoning
+    try:
+        pieces.take_body(obj)
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise RetryableRequestError(
+            f"HTTP {resp.status}: not a chat completion in the probe response: {exc!r}"
+        ) from None
+    wire = pieces.result()
     return {
-        "content": message.get("content") or "",
-        "reasoning": message.get("reasoning_content") or "",
-        "finish_reason": choice.get("finish_reason"),
-        "spec_accept_length": accept,
+        "content": wire.content,
+        "reasoning": wire.reasoning or "",
+        "finish_reason": wire.finish_reason or None,
+        "spec_accept_length": wire.spec_accept_length,
         "usage": obj.get("usage") or {},
     }
