@@ -14,7 +14,8 @@
     │   ├── FatalEndpointError      exit 3   401/403/404-model: no retry will help
     │   └── InfrastructureError     exit 3   most recent requests failed, not by the prompts' fault (engine/circuit.py)
     ├── RequestError                exit 1   one request failed (never escapes a run; decides retry)
-    │   ├── PermanentRequestError            400: the prompt itself is at fault (context length, params)
+    │   ├── PermanentRequestError            400: the prompt itself is at fault (params)
+    │   │   └── ContextLengthError           400: the prompt (with max_tokens) does not fit the server's context
     │   ├── RetryableRequestError            5xx, 503 queue full, timeouts, resets, invalid JSON
     │   ├── EndpointDownError                refused connection: the endpoint, not the prompt, is at fault
     │   │   └── UnresolvedHostError          the host name does not resolve (a typo, a node that is gone)
@@ -98,6 +99,11 @@ class RequestError(RegenError):
 
 class PermanentRequestError(RequestError):
     pass
+
+
+class ContextLengthError(PermanentRequestError):
+    """The server says the prompt, or the prompt with `max_tokens`, does not fit its context: a fact about the
+    prompt, not a failure; rejected `context_length` on the first such answer, never retried."""
 
 
 class RetryableRequestError(RequestError):

@@ -74,6 +74,7 @@ REJECT_FIELDS: list[pa.Field] = [pa.field("reason", pa.string()), pa.field("deta
 REASONS: tuple[str, ...] = (
     "bad_input",
     "http_4xx",
+    "context_length",  # the prompt (with max_tokens) does not fit the server's context: rejected once, not retried
     "truncated",
     "tool_call",  # a regenerated text turn called a tool instead of answering (issue 27)
     "unfinished",  # a finish_reason other than stop/length: the generation ended before the model finished it

@@ -243,7 +243,8 @@ def test_a_prompt_the_server_refuses_is_rejected_once_without_blaming_the_endpoi
             await d.process(prompt(1))  # the server has served a prompt: a 400 now is this prompt's own
             await d.process(long)
             [row] = sink.rejected
-            assert (row["reason"], row["attempts"]) == ("http_4xx", 1)
+            assert (row["reason"], row["attempts"]) == ("context_length", 1)  # its own reason, never retried
+            assert "longer than the model's context length (4096 tokens)" in row["detail"]
             assert metrics.requests == 2
             ep = pool.endpoints[0]
             assert ep.state == HEALTHY and ep.errors == 0 and ep.inflight == 0

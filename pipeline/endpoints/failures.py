@@ -16,6 +16,7 @@ generation's whole-request bound is the dispatcher's hang watch, which names `re
 from __future__ import annotations
 
 import os
+import re
 import socket
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ import aiohttp
 import orjson
 
 from ..errors import (
+    ContextLengthError,
     EndpointDownError,
     FatalEndpointError,
     PermanentRequestError,
@@ -104,6 +106,16 @@ def error_message(raw: bytes) -> str:
     return str(obj)[:300]
 
 
+# How servers say a prompt does not fit: SGLang ("The input (N tokens) is longer than the model's context length (C
+# tokens).", "Requested token count exceeds the model's maximum context length of C tokens."; tokenizer_manager.py
+# _validate_one_request) and vLLM ("This model's maximum context length is C tokens. However, you requested ...",
+# "'max_tokens' or 'max_completion_tokens' is too large: ...").
+_CONTEXT = re.compile(
+    r"context length|maximum context|context_length|token count exceeds|max_completion_tokens' is too large",
+    re.IGNORECASE,
+)
+
+
 def raise_for_status(status: int, raw: bytes, url: str, *, retry_after: str | None, location: str | None) -> None:
     """Return for a 2xx; otherwise raise the status's error class."""
     if 200 <= status < 300:
@@ -117,7 +129,13 @@ def raise_for_status(status: int, raw: bytes, url: str, *, retry_after: str | No
     if status in (401, 403):
         raise FatalEndpointError(f"{message} (check the endpoint's api_key_env)")
     if status == 404:
+        if "model" in message.lower():  # vLLM: "The model `x` does not exist."; a gateway: "model not found"
+            raise FatalEndpointError(
+                f"{message} (generation.model names no model this server serves: its /v1/models lists them)"
+            )
         raise FatalEndpointError(f"{message} (wrong URL or model name?)")
+    if status in (400, 413) and _CONTEXT.search(message):
+        raise ContextLengthError(message, status=status)
     if status in (408, 429) or status >= 500:
         raise RetryableRequestError(message, status=status, retry_after=_seconds(retry_after))
     raise PermanentRequestError(message, status=status)

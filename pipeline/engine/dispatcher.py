@@ -28,6 +28,7 @@ from ..endpoints.pool import Pool
 from ..endpoints.retry import RetryPolicy
 from ..endpoints.state import PUSHBACK_STATUSES, EndpointState
 from ..errors import (
+    ContextLengthError,
     EndpointDownError,
     FatalEndpointError,
     HungRequestError,
@@ -214,7 +215,9 @@ class Dispatcher:
         except PermanentRequestError as exc:  # the prompt is at fault (e.g. longer than the context) ...
             await self.pool.release(ep)
             if self.circuit.seen_completion:
-                t.attempts, t.reason, t.detail, t.final = t.attempts + 1, "http_4xx", str(exc), True
+                # a prompt that does not fit the context is a fact about it: one reject of its own, never retried
+                reason = "context_length" if isinstance(exc, ContextLengthError) else "http_4xx"
+                t.attempts, t.reason, t.detail, t.final = t.attempts + 1, reason, str(exc), True
                 return None
             # ... unless no prompt has been served yet: then it is more likely the config's (see circuit.py)
             await self._failed(t, exc, f"before any completion of this run: {exc}")
