@@ -370,6 +370,7 @@ _JSON_CHECKS = [
         ["reachable", None, "open", "open", True, "", "info"],
         ["health", None, 200, 200, True, "", "info"],
         ["model", "served_model_name", MODEL, [MODEL], True, "", "info"],
+        ["context length", "context_length", "> 32768", 262144, True, "", "info"],
         ["speculative_algorithm", "speculative_algorithm", "EAGLE", None, False,
          "speculative decoding is off: launch with --speculative-algorithm (EAGLE for MTP heads)", "error"],
         ["mamba_scheduler_strategy", "mamba_radix_cache_strategy", "extra_buffer", "extra_buffer", True, "", "info"],
@@ -433,3 +434,17 @@ def test_a_workers_check_in_json_names_the_worker_last() -> None:
         ("level", "error"),
         ("worker", "http://w:1"),
     ]
+
+
+def test_max_tokens_that_leaves_no_room_in_the_context_fails_preflight() -> None:
+    async def main() -> None:
+        async with serve(SimConfig(served_model_name=MODEL, context_length=4096)) as url:
+            cfg = config_from_dict({"generation": {"model": MODEL, "max_tokens": 4096}, "endpoints": [{"url": url}]})
+            result = await preflight(cfg)
+            [check] = [c for c in result["endpoints"][0]["checks"] if c["name"] == "context length"]
+            assert (check["ok"], check["actual"]) == (False, 4096) and not result["ok"]
+            assert "generation.max_tokens (4096) leaves no room" in check["hint"] and "e.g. 2048" in check["hint"]
+            fits = config_from_dict({"generation": {"model": MODEL, "max_tokens": 2048}, "endpoints": [{"url": url}]})
+            assert (await preflight(fits))["ok"]
+
+    asyncio.run(main())

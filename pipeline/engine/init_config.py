@@ -24,6 +24,7 @@ from ..server.preflight import preflight
 
 MARK = "# CHECK:"
 DEFAULT_URL = "http://127.0.0.1:30000"
+MAX_TOKENS = 32768  # generation.max_tokens where the server's context leaves room for it
 EXPECT_KEYS = ("reasoning_parser", "speculative_algorithm", "tool_call_parser")
 
 
@@ -50,7 +51,8 @@ async def _served(urls: list[str]) -> dict[str, Any]:
         info = ep.get("info") or {}
         if ep.get("reachable") and info.get("served_models"):
             expect = {k: info[k] for k in EXPECT_KEYS if info.get(k)}
-            return {"model": info["served_models"][0], "expect": expect, "url": ep["url"]}
+            context = next((c["actual"] for c in ep["checks"] if c["key"] == "context_length"), None)
+            return {"model": info["served_models"][0], "expect": expect, "url": ep["url"], "context": context}
     first = result["endpoints"][0] if result["endpoints"] else {}
     checks = "; ".join(f"{c['name']}: {c['actual']}" for c in first.get("checks", []) if not c.get("ok"))
     return {"error": checks or "no endpoint answered"}
@@ -164,9 +166,18 @@ def _generation(shape: Shape, served: dict[str, Any]) -> str:
             "[generation]",
             _line("model", model, check),
             _line("thinking", True, "thinking mode (chat_template_kwargs.enable_thinking)"),
-            _line("max_tokens", 32768, "the longest completion; a longer one is rejected as truncated"),
+            _max_tokens(served.get("context")),
         ]
     )
+
+
+def _max_tokens(context: int | None) -> str:
+    """generation.max_tokens: 32,768, or half the served model's context when that is less (the prompt needs the
+    rest: a request that does not fit is refused)."""
+    check = "the longest completion; a longer one is rejected as truncated"
+    if isinstance(context, int) and context // 2 < MAX_TOKENS:
+        return _line("max_tokens", context // 2, f"{check}; half the server's context of {context} tokens")
+    return _line("max_tokens", MAX_TOKENS, check)
 
 
 def _endpoints(urls: list[str]) -> str:

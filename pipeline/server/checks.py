@@ -35,6 +35,7 @@ class Observed:
     router_workers: list[str] | None = None
     probe: dict[str, Any] | None = None
     simulator: bool = False  # it answers the simulator's own GET /_sim/stats: `regen sim`, not a model
+    context: int | None = None  # the served model's context length (/v1/models max_model_len, /server_info)
 
 
 # ---------------------------------------------------------------- judging (pure)
@@ -154,7 +155,24 @@ def judge_basics(got: Observed, cfg: Config) -> list[Check]:
             hint = "a model name with ':' is read as base:adapter (LoRA) and refused with 400"
         ok = wanted in served
         checks.append(Check("model", "served_model_name", expected=wanted, actual=served, ok=ok, hint=hint))
+    checks.append(judge_context(got, cfg))
     return checks
+
+
+def judge_context(got: Observed, cfg: Config) -> Check:
+    """generation.max_tokens against the served model's context length: a max_tokens at least the context leaves no
+    room for any prompt (every request refused with 400), so the run would reject or stop; unknown is said."""
+    max_tokens, context = cfg.generation.max_tokens, got.context
+    if context is None:
+        hint = "the server reports no context length (/v1/models max_model_len, /server_info context_length)"
+        return Check("context length", "context_length", expected=f"> {max_tokens}", actual=None, ok=True,
+                     hint=f"not checked: {hint}", level="warning")  # fmt: skip
+    ok = max_tokens < context
+    hint = "" if ok else (
+        f"generation.max_tokens ({max_tokens}) leaves no room for a prompt in the server's context ({context} "
+        f"tokens): every request would be refused; set it below the context, e.g. {context // 2}"
+    )  # fmt: skip
+    return Check("context length", "context_length", expected=f"> {max_tokens}", actual=context, ok=ok, hint=hint)
 
 
 def judge_expect(got: Observed, expectations: list[Expectation]) -> list[Check]:

@@ -89,9 +89,11 @@ async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sl
     got.auth_status = status
     if status in (401, 403):
         return got
-    got.models = [str(m.get("id")) for m in (body or {}).get("data") or [] if isinstance(m, dict)]
+    cards = [m for m in (body or {}).get("data") or [] if isinstance(m, dict)]
+    got.models = [str(m.get("id")) for m in cards]
     got.health = await _health(get)
     got.info, got.info_path = await _server_info(get)
+    got.context = _context(cards, got.info, cfg.generation.model)
     got.simulator = await _is_simulator(ctl)
     if _is_router(got.info):
         got.router_workers = await _router_workers(get)
@@ -102,6 +104,16 @@ async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sl
             if isinstance(fresh, dict):
                 got.info["internal_states"] = fresh.get("internal_states")
     return got
+
+
+def _context(cards: list[dict[str, Any]], info: dict[str, Any] | None, model: str) -> int | None:
+    """The served model's context length: its /v1/models card's `max_model_len` (vLLM; SGLang too), else
+    /server_info's `context_length` when the server set one."""
+    lengths = [c.get("max_model_len") for c in cards if c.get("id") == model] or [c.get("max_model_len") for c in cards]
+    for value in [*lengths, (info or {}).get("context_length")]:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 async def _health(get: Callable[[str], Awaitable[tuple[int, Any]]]) -> int | str:

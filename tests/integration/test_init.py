@@ -76,6 +76,15 @@ def test_init_says_a_server_without_a_tool_call_parser_stops_a_run_with_tools(tm
     assert run.returncode == 3 and "client.allow_no_tool_parser" in run.stderr
 
 
+def test_init_fits_max_tokens_in_the_servers_context(tmp_path: Path, sim) -> None:
+    server = sim(*SIM, "--context-length", "4096")
+    cfg = _init(tmp_path, "fastchat_dummy_conversation.json", server.url)
+    assert load_config(str(cfg), []).generation.max_tokens == 2048
+    assert "half the server's context of 4096 tokens" in cfg.read_text()
+    run = regen("run", str(cfg), "--output", str(tmp_path / "run"), "--no-progress", "--limit", "20")
+    assert run.returncode == 0, run.stderr
+
+
 def test_init_on_an_image_dataset_says_its_rows_are_refused(tmp_path: Path, sim) -> None:
     server = sim(*SIM)
     result = regen("init", str(DATASETS / "llamafactory/mllm_demo.json"), "--endpoint", server.url)
