@@ -36,6 +36,7 @@ class Observed:
     probe: dict[str, Any] | None = None
     simulator: bool = False  # it answers the simulator's own GET /_sim/stats: `regen sim`, not a model
     context: int | None = None  # the served model's context length (/v1/models max_model_len, /server_info)
+    vllm_version: str | None = None  # GET /version answered as vLLM's does (and /server_info did not)
 
 
 # ---------------------------------------------------------------- judging (pure)
@@ -191,7 +192,7 @@ def judge_expect(got: Observed, expectations: list[Expectation]) -> list[Check]:
             actual, present = info.get(key), key in info
         if not present:
             launched = source == "launch"  # a launcher-only flag (or one this version does not report): information
-            hint = "not reported by /server_info" if launched else missing_hint(key, info, version)
+            hint = "not reported by /server_info" if launched else missing_hint(key, info, version, server_kind(got))
             checks.append(Check(label, key, expected=expected, actual=None, ok=launched, hint=hint))
             continue
         if source == "launch" and expected == "auto":
@@ -214,7 +215,45 @@ def judge_expect(got: Observed, expectations: list[Expectation]) -> list[Check]:
     return checks
 
 
-def missing_hint(key: str, info: Mapping[str, Any], version: str | None) -> str:
+def server_kind(got: Observed) -> str:
+    """What answers at this URL, from what it answers: `simulator` (regen sim), `sglang-router`, `sglang`, `vllm`,
+    or `openai-compatible` (a chat API and nothing regen can read of its configuration)."""
+    if got.simulator:
+        return "simulator"
+    if got.router_workers is not None:
+        return "sglang-router"
+    if got.info is not None:
+        return "sglang"
+    return "vllm" if got.vllm_version is not None else "openai-compatible"
+
+
+# What preflight reads of each kind of server, and what it cannot check there (docs/endpoints.md, per server kind).
+CANNOT_CHECK = {
+    "sglang": "",
+    "simulator": "",
+    "sglang-router": "its own launch flags (each worker it lists is checked instead)",
+    "vllm": "[expect] (vLLM reports no server arguments), its tool-call parser, its capacity and speculative decoding",
+    "openai-compatible": "[expect], the tool-call parser, capacity and speculative decoding (no /server_info)",
+}
+
+
+def judge_server(got: Observed) -> Check:
+    """Which kind of server this is and what cannot be checked on it (information, or a warning when something
+    cannot)."""
+    kind = server_kind(got)
+    version = (got.info or {}).get("version") or got.vllm_version
+    actual = f"{kind} {version}" if version else kind
+    blind = CANNOT_CHECK[kind]
+    hint = f"not checked on this server: {blind}" if blind else ""
+    return Check("server", None, expected=None, actual=actual, ok=True, hint=hint, level="warning" if blind else "")
+
+
+def missing_hint(key: str, info: Mapping[str, Any], version: str | None, kind: str = "sglang") -> str:
+    if kind == "vllm":
+        return (
+            "vLLM reports no server arguments: [expect] cannot be checked on it; check its launch flags yourself "
+            "and leave this key out of [expect] for vLLM endpoints"
+        )
     if not info:
         return "the server answered neither /server_info nor /get_server_info: nothing could be checked"
     close = difflib.get_close_matches(key, [k for k in info if isinstance(k, str)], n=1, cutoff=0.7)
@@ -353,6 +392,8 @@ def info_of(got: Observed) -> dict[str, Any]:
         "probe_attempts": (got.probe or {}).get("attempts"),
         "router_workers": got.router_workers,
         "simulator": got.simulator,
+        "kind": server_kind(got),
+        "context_length": got.context,
     }
 
 

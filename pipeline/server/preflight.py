@@ -39,6 +39,7 @@ from .checks import (
     judge_info,
     judge_probe,
     judge_reach,
+    judge_server,
     judge_tool_parser,
     worker_checks,
 )
@@ -94,6 +95,8 @@ async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sl
     got.health = await _health(get)
     got.info, got.info_path = await _server_info(get)
     got.context = _context(cards, got.info, cfg.generation.model)
+    if got.info is None:
+        got.vllm_version = await _vllm_version(get, cards)
     got.simulator = await _is_simulator(ctl)
     if _is_router(got.info):
         got.router_workers = await _router_workers(get)
@@ -104,6 +107,18 @@ async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sl
             if isinstance(fresh, dict):
                 got.info["internal_states"] = fresh.get("internal_states")
     return got
+
+
+async def _vllm_version(get: Callable[[str], Awaitable[tuple[int, Any]]], cards: list[dict[str, Any]]) -> str | None:
+    """vLLM's version, where the server is vLLM: it answers GET /version with {"version": ...} and owns its models
+    ("owned_by": "vllm"); None for any other server."""
+    if not any(c.get("owned_by") == "vllm" for c in cards):
+        return None
+    try:
+        status, body = await get("/version")
+    except RetryableRequestError:
+        return "unknown"
+    return str(body["version"]) if status == 200 and isinstance(body, dict) and body.get("version") else "unknown"
 
 
 def _context(cards: list[dict[str, Any]], info: dict[str, Any] | None, model: str) -> int | None:
@@ -228,7 +243,7 @@ async def check_endpoint(
     if not all(c.ok for c in checks):
         return EndpointReport(url, reachable, tuple(checks), info_of(got))
     expect_keys = {server_args.server_key(name) for name, _, _ in expectations}
-    checks += judge_basics(got, cfg)
+    checks += [judge_server(got), *judge_basics(got, cfg)]
     workers = None
     if got.router_workers is None:
         checks += judge_expect(got, expectations) + judge_info(got, ep, expect_keys)
