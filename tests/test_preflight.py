@@ -368,6 +368,7 @@ _CHECK_KEYS = ["name", "key", "expected", "actual", "ok", "hint", "level"]
 _JSON_CHECKS = [
     [
         ["reachable", None, "open", "open", True, "", "info"],
+        ["server", None, None, "simulator 0.5.23", True, "", "info"],
         ["health", None, 200, 200, True, "", "info"],
         ["model", "served_model_name", MODEL, [MODEL], True, "", "info"],
         ["context length", "context_length", "> 32768", 262144, True, "", "info"],
