@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import logging
 import math
 import os
 import tomllib
@@ -114,6 +115,8 @@ class EndpointConfig:
     requests_per_second: float = 0.0
     sim_args: tuple[str, ...] = ()  # for url = "sim": `regen sim` flags of the embedded simulator
 
+
+_log = logging.getLogger("regen.config")
 
 LOOPING_RULES = ("unfinished", "any", "off")
 
@@ -399,6 +402,12 @@ def check_url(url: str, where: str) -> None:
             f"{where}: {url!r} has a query string or fragment, which requests would not carry; give the server's "
             "base URL (e.g. http://host:30000)"
         )
+    if parts.path.rstrip("/").endswith("/v1"):
+        root = url.rstrip("/")[: -len("/v1")]
+        raise ConfigError(
+            f"{where}: {url!r} ends in /v1 (an OpenAI base_url): give the server root, without /v1 ({root!r}); "
+            "regen adds /v1/chat/completions, /health and the server's own routes itself"
+        )
 
 
 def _redacted(url: str) -> str:
@@ -443,12 +452,38 @@ def api_key_for(env_name: str, where: str, environ: typing.Mapping[str, str] = o
 
 
 def with_endpoints(cfg: Config, urls: typing.Sequence[str]) -> Config:
-    """`--endpoint URL...`: the config with these endpoints instead of its own (default concurrency, no key)."""
+    """`--endpoint URL...`: the config with these endpoints instead of its own. A URL the config lists keeps that
+    endpoint's settings (concurrency, api_key_env, requests_per_second, sim_args); one URL given for a config of one
+    endpoint replaces it and keeps its settings; any other gets the defaults, and the settings dropped are logged."""
     if not urls:
         return cfg
     for url in urls:
         check_url(url, "--endpoint")
-    return dataclasses.replace(cfg, endpoints=tuple(EndpointConfig(url=u) for u in urls), endpoints_file="")
+    known = {ep.url.rstrip("/"): ep for ep in cfg.endpoints}
+    single = cfg.endpoints[0] if len(cfg.endpoints) == 1 and len(urls) == 1 and cfg.endpoints[0].url != "sim" else None
+    chosen = []
+    for url in urls:
+        base = known.get(url.rstrip("/")) or single
+        chosen.append(dataclasses.replace(base, url=url, sim_args=base.sim_args if url == "sim" else ()) if base
+                      else EndpointConfig(url=url))  # fmt: skip
+    dropped = [
+        ep for ep in cfg.endpoints if ep.url.rstrip("/") not in {u.rstrip("/") for u in urls} and ep is not single
+    ]
+    changed = [ep for ep in dropped if _settings(ep) != _settings(EndpointConfig())]
+    if changed:
+        _log.warning(
+            "--endpoint replaces the config's endpoints; the settings of %s are not used: the new URLs run with %s",
+            ", ".join(f"{ep.url} ({_settings(ep)})" for ep in changed),
+            _settings(EndpointConfig()),
+        )
+    return dataclasses.replace(cfg, endpoints=tuple(chosen), endpoints_file="")
+
+
+def _settings(ep: EndpointConfig) -> str:
+    return (
+        f"concurrency {ep.concurrency}, api_key_env {ep.api_key_env or '(none)'}, "
+        f"requests_per_second {ep.requests_per_second:g}"
+    )
 
 
 def _apply_override(data: dict[str, Any], item: str) -> None:

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, load_config
+from pipeline.config import Config, config_from_dict, load_config
 from pipeline.errors import ConfigError
 
 
@@ -192,3 +192,29 @@ def test_endpoints_file_formats(tmp_path: Path) -> None:
     plain.write_text("http://a:1 lots\n")
     with pytest.raises(ConfigError, match="eps.txt:1: expected 'URL \\[concurrency\\]'"):
         read_endpoints_file(plain)
+
+
+def test_an_endpoint_url_ending_in_v1_is_refused_with_the_root() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({"endpoints": [{"url": "http://gpu-node-01:8000/v1/"}]})
+    assert "give the server root, without /v1 ('http://gpu-node-01:8000')" in str(caught.value)
+    from pipeline.config import with_endpoints
+
+    with pytest.raises(ConfigError, match="--endpoint: 'http://h:8000/v1' ends in /v1"):
+        with_endpoints(config_from_dict({}), ["http://h:8000/v1"])
+
+
+def test_endpoint_on_the_command_line_keeps_the_configs_settings_where_it_replaces_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pipeline.config import with_endpoints
+
+    one = config_from_dict({"endpoints": [{"url": "http://a:30000", "concurrency": 8, "api_key_env": "KEY_A"}]})
+    [ep] = with_endpoints(one, ["http://b:30000"]).endpoints  # one replaces one: its settings stay
+    assert (ep.url, ep.concurrency, ep.api_key_env) == ("http://b:30000", 8, "KEY_A")
+    two = config_from_dict({"endpoints": [{"url": "http://a:30000", "concurrency": 8, "api_key_env": "KEY_A"},
+                                          {"url": "http://c:30000", "concurrency": 16}]})  # fmt: skip
+    same, new = with_endpoints(two, ["http://a:30000/", "http://d:30000"]).endpoints
+    assert (same.concurrency, same.api_key_env) == (8, "KEY_A")  # the same URL keeps its own
+    assert (new.concurrency, new.api_key_env) == (64, "")  # a new one gets the defaults, and the log says what went
+    assert "the settings of http://c:30000 (concurrency 16" in caplog.text
