@@ -19,6 +19,7 @@ from pipeline.config import ValidateConfig
 from pipeline.dataset.audit import AuditOptions, audit_dataset, format_audit, read_ids
 from pipeline.inputs.row_audit import audit_row, regenerated_positions
 from pipeline.inputs.stored import split_inline, split_message
+from tests.conftest import SHARED, needs_shared
 
 SOURCES = ("forum", "support", "tutoring")
 
@@ -250,9 +251,10 @@ def test_blocks_in_worker_processes_give_the_report_of_one_process(tmp_path: Pat
         assert lines[n - 1].strip(), source
 
 
+@needs_shared("datasets", "fastchat_dummy_conversation.json")
 def test_a_dataset_without_reasoning_gets_a_hint_about_no_thinking() -> None:
     """FastChat's dummy conversations (../shared/datasets, read in place) store no reasoning at all."""
-    path = str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fastchat_dummy_conversation.json")
+    path = str(SHARED / "datasets" / "fastchat_dummy_conversation.json")
     text = format_audit(audit_dataset(path, AuditOptions(jobs=1)))
     assert "hint: 500 rows fail for want of reasoning" in text and "`--no-thinking`" in text
     assert "hint:" not in format_audit(audit_dataset(path, AuditOptions(thinking=False, jobs=1)))

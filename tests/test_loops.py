@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import statistics
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from pipeline.loops import (
     find_loop,
     tail_loop,
 )
+from tests.conftest import SHARED, needs_shared
 
 
 def _tail_loop_unbounded(text: str, offset: int = 0) -> Loop | None:
@@ -51,8 +51,8 @@ def _find_loop_exact(text: str | None) -> Loop | None:
     return None
 
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
-needs_traces = pytest.mark.skipif(not (TRACES / "normal.jsonl").exists(), reason=f"no real traces at {TRACES}")
+TRACES = SHARED / "traces"
+needs_traces = needs_shared("traces", "normal.jsonl")
 
 
 def _rows(name: str) -> list[dict[str, Any]]:

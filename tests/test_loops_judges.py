@@ -13,9 +13,10 @@ from test_inspection_runs import row, write
 
 from pipeline.cli import main
 from pipeline.inspection import inspect_run
+from tests.conftest import SHARED, needs_shared
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
-pytestmark = pytest.mark.skipif(not (TRACES / "normal.jsonl").exists(), reason=f"no real traces at {TRACES}")
+TRACES = SHARED / "traces"
+pytestmark = needs_shared("traces", "normal.jsonl")
 N = 25  # traces of each kind
 
 

@@ -22,9 +22,9 @@ from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Completion, Prompt
 from pipeline.sim import SimConfig, serve
 from pipeline.validator import validate
-from tests.conftest import ROOT
+from tests.conftest import SHARED, needs_shared
 
-LLAMAFACTORY = ROOT.parent / "shared" / "datasets" / "llamafactory"
+LLAMAFACTORY = SHARED / "datasets" / "llamafactory"
 GLAIVE = LLAMAFACTORY / "glaive_toolcall_en_demo.json"
 V1_SFT = LLAMAFACTORY / "v1_sft_demo.jsonl"
 REASON_TOOLS = LLAMAFACTORY / "reason_tool_use_demo_50.jsonl"
@@ -230,6 +230,7 @@ def _read(path: Path, **kw: Any) -> list[Prompt | BadInput]:
     return [item for batch in reader.iter_batches() for item in batch]
 
 
+@needs_shared("datasets")
 def test_glaive_reads_every_row_with_its_tools_wrapped() -> None:
     items = _read(GLAIVE)
     assert len(items) == 265  # 300 rows, 35 exact copies of others (input.dedupe keeps the first)
@@ -241,6 +242,7 @@ def test_glaive_reads_every_row_with_its_tools_wrapped() -> None:
         assert not any(conv.is_tool_call(prompt.messages[i]) for i in prompt.positions if i < len(prompt.messages))
 
 
+@needs_shared("datasets")
 def test_the_llamafactory_part_files_read_and_the_image_rows_are_refused_naming_the_images() -> None:
     v1 = _read(V1_SFT)
     assert len(v1) == 499 and all(isinstance(p, Prompt) for p in v1)  # 500 rows, one exact copy

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import ROOT, regen
+from tests.conftest import ROOT, SHARED, needs_shared, regen
 from tests.helpers import SIM_FLAGS, write_config, write_prompts
 
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = SHARED / "datasets"
+pytestmark = needs_shared("datasets")
 SHAREGPT = DATASETS / "fastchat_dummy_conversation.json"
 SEED_CONFIG = ROOT / "configs" / "qwen36-27b-mtp.toml"
 

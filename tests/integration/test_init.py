@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from tests.conftest import ROOT, committed_ids, regen
+from tests.conftest import ROOT, SHARED, committed_ids, needs_shared, regen
 
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = SHARED / "datasets"
+pytestmark = needs_shared("datasets")
 TEXT = [
     "fastchat_dummy_conversation.json",
     "llamafactory/glaive_toolcall_en_demo.json",

@@ -23,11 +23,12 @@ from pipeline.config import InputConfig
 from pipeline.inputs.reader import PromptReader
 from pipeline.records import Prompt
 from pipeline.sim import prompt_key
-from tests.conftest import ROOT, SimProcess, regen
+from tests.conftest import ROOT, SHARED, SimProcess, needs_shared, regen
 from tests.helpers import assert_exactly_once
 from tests.test_export_tokenized import masked_runs, tokenizer_dir  # noqa: F401 (a fixture)
 
-LLAMAFACTORY = ROOT.parent / "shared" / "datasets" / "llamafactory"
+LLAMAFACTORY = SHARED / "datasets" / "llamafactory"
+pytestmark = needs_shared("datasets")
 GLAIVE = LLAMAFACTORY / "glaive_toolcall_en_demo.json"
 V1_SFT = LLAMAFACTORY / "v1_sft_demo.jsonl"
 MLLM = LLAMAFACTORY / "mllm_demo.json"
