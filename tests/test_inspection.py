@@ -178,6 +178,29 @@ def test_status_counts_an_in_progress_run(run: Path) -> None:
     json.dumps(s)
 
 
+def test_inspect_reads_the_journals_rows_not_yet_in_shards(run: Path) -> None:
+    """Mid-run, before a shard commits, inspect sees the finished rows too, and says which are which."""
+    before = inspect_run(run, sample=0)
+    add_journal(run)
+    r = inspect_run(run, sample=300, seed=1)
+    assert r["journal"] == {"accepted": 3, "rejected": 1}  # p00000 is committed already: counted once
+    assert (r["rows"], r["accepted"], r["rejected"]) == (before["rows"] + 4, before["accepted"] + 3,
+                                                         before["rejected"] + 1)  # fmt: skip
+    assert r["rejected_by_reason"]["http_4xx"] == before["rejected_by_reason"].get("http_4xx", 0) + 1
+    labels = set(r["per_shard"])
+    assert {"journal/accepted (not yet in shards)", "journal/rejected (not yet in shards)"} <= labels
+    files = {s["id"]: s["file"] for s in r["sample"]}
+    assert files["p02000"] == "journal/accepted (not yet in shards)" and files["p00000"].startswith("shards/")
+    assert "including 3 accepted and 1 rejected rows still in the journals" in format_inspect(r)
+    assert not list(run.glob("**/journal-*.parquet"))  # nothing written under RUN_DIR
+
+
+def test_inspect_sees_a_run_with_no_shard_yet(tmp_path: Path) -> None:
+    add_journal(tmp_path)
+    r = inspect_run(tmp_path, sample=5)
+    assert (r["rows"], r["accepted"], r["rejected"], r["files"]) == (5, 4, 1, 2)  # p00000 uncommitted here too
+
+
 def test_status_rates_from_created_at(tmp_path: Path) -> None:
     rng = random.Random(1)
     rows = [row(i, rng, created_at=int((T0 + i * 0.5) * 1e6), completion_tokens=100) for i in range(100)]

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..store.files import DataFile
-from ..store.layout import REJECTS, SHARDS
+from .pending import file_label
 
 _SAMPLE_COLUMNS = [
     "id",
@@ -72,8 +72,7 @@ def _locate(row_groups: Sequence[int], row: int) -> tuple[int, int]:
     raise IndexError(f"row {row} beyond {start} rows")
 
 
-def _label(f: DataFile) -> str:
-    return f"{REJECTS if f.rejects else SHARDS}/{f.name}"
+_label = file_label
 
 
 def prompt_text(messages: list[dict[str, Any]] | None) -> str:

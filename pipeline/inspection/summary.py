@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
-from ..store.layout import REJECTS, SHARDS
 from ..store.manifest import manifest_or_empty, simulated_endpoints
-from . import stats
+from . import pending, stats
 from .frame import Frame
 from .sample import choose, fetch_rows, sample_entry
 from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, TEXT_SAMPLE_ROWS, Filters, scan
@@ -35,7 +35,8 @@ def inspect_run(
     reasoning: bool = True,
     text_sample_rows: int = TEXT_SAMPLE_ROWS,
 ) -> dict[str, Any]:
-    """Stats over the committed rows of a run (shards and rejects) that pass the filters, plus `sample` rows.
+    """Stats over the finished rows of a run (shards and rejects, and the journals' rows not committed yet, labelled
+    `journal/...`: pending.py) that pass the filters, plus `sample` rows.
 
     `shard` selects files by name or glob ("worker-0-*", "rejects/x.parquet"); `reason` keeps rejects with that
     reason code; `endpoint` keeps rows served by that URL; `where` is a column condition (see where.py).
@@ -45,7 +46,31 @@ def inspect_run(
     `reasoning=False` never reads the reasoning text: the looping check then sees answers only.
     """
     run_dir = Path(run_dir)
-    files = _select(shard_files(run_dir) + reject_files(run_dir), shard)
+    committed = shard_files(run_dir) + reject_files(run_dir)
+    with tempfile.TemporaryDirectory(prefix="regen-inspect-") as tmp:
+        entries = pending.uncommitted(run_dir, committed)
+        journal = pending.journal_files(run_dir, entries, Path(tmp))
+        report = _inspect(run_dir, committed, journal, sample, seed, shard, reason, endpoint, where, reasoning,
+                          text_sample_rows)  # fmt: skip
+    kinds = [e["kind"] for e in entries.values()]
+    report["journal"] = {"accepted": kinds.count("accepted"), "rejected": kinds.count("rejected")}
+    return report
+
+
+def _inspect(
+    run_dir: Path,
+    committed: list[DataFile],
+    journal: list[DataFile],
+    sample: int,
+    seed: int,
+    shard: str | None,
+    reason: str | None,
+    endpoint: str | None,
+    where: str | None,
+    reasoning: bool,
+    text_sample_rows: int,
+) -> dict[str, Any]:
+    files = _select(committed + journal, shard)
     columns: set[str] = set()
     for f in files:
         columns.update(pq.read_schema(f.path).names)
@@ -86,8 +111,7 @@ def _select(files: list[DataFile], shard: str | None) -> list[DataFile]:
     return chosen
 
 
-def _label(f: DataFile) -> str:
-    return f"{REJECTS if f.rejects else SHARDS}/{f.name}"
+_label = pending.file_label
 
 
 def _overview(d: stats.Derived) -> dict[str, Any]:

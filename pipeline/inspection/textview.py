@@ -158,6 +158,12 @@ def _inspect_head(r: dict[str, Any]) -> str:
         f"run {r['run_dir']}: {r['rows']:,} rows in {r['files']} files" + (f" (filters: {active})" if active else ""),
         f"accepted {r['accepted']:,}  rejected {r['rejected']:,} ({_pct(r['reject_rate'])})",
     ]
+    journal = r.get("journal") or {}
+    if journal.get("accepted") or journal.get("rejected"):
+        lines.append(
+            f"including {journal['accepted']:,} accepted and {journal['rejected']:,} rejected rows still in the "
+            "journals (not yet in shards: labelled journal/...)"
+        )
     lines += simulated_lines(r)
     lines += [f"DAMAGED: {d} (skipped)" for d in r["damaged"]]
     lines += [f"    {k:<22} {v:>10,}" for k, v in r["rejected_by_reason"].items()]
