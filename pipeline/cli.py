@@ -285,7 +285,14 @@ def _run(args: argparse.Namespace, bar: bool) -> int:
     from .engine.progress import Progress
 
     with Progress(enabled=bar, limit=args.limit) as progress:
-        summary = run(cfg, options, on_progress=progress.update)
+        try:
+            summary = run(cfg, options, on_progress=progress.update)
+        except Interrupted as exc:  # the counts so far, then the resume hint (main)
+            if exc.summary is not None:
+                done: Any = exc.summary
+                progress.close()
+                progress.print_summary(done.metrics, done.run_dir, as_log=args.log_format == "json")
+            raise
         progress.update(summary.metrics)  # the last frame: 100%, not where the last tick left it
     progress.print_summary(summary.metrics, summary.run_dir, as_log=args.log_format == "json")
     for move in summary.set_aside:

@@ -115,7 +115,14 @@ class EndpointDownError(RequestError):
 
 
 class Interrupted(RegenError):
+    """SIGINT, SIGTERM or SIGHUP, after a drain. `summary` is the run's (regen.run.RunSummary) when it got that far:
+    the counts to print before exiting."""
+
     exit_code = 130
+
+    def __init__(self, message: str, summary: object = None):
+        super().__init__(message)
+        self.summary = summary
 
 
 class UnresolvedHostError(EndpointDownError):

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from ..endpoints.server_view import summary_line
 from ..store.layout import RunLayout
 from .refusals import refused_summary
 
@@ -28,8 +29,13 @@ class Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the bar (before printing what follows it); closing twice is nothing."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
 
     def update(self, snap: dict[str, Any]) -> None:
         if not self.enabled:
@@ -75,6 +81,7 @@ class Progress:
                     "endpoints": {url: ep["state"] for url, ep in snap.get("endpoints", {}).items()},
                     "later_turns": snap.get("later_turns", 0),
                     "later_turns_same_endpoint": snap.get("later_turns_same_endpoint", 0),
+                    "servers": {url: view.get("run") for url, view in (snap.get("servers") or {}).items()},
                 },
             )  # fmt: skip
             if warning := refused_summary(snap["rejected_by_reason"], snap["done"]):
@@ -98,6 +105,7 @@ class Progress:
             lines.append(f"  loops: {loops_line(loops)}")
         for url, ep in snap.get("endpoints", {}).items():
             lines.append(f"  endpoint {url}: {ep['ok']} ok, {ep['errors']} errors, state {ep['state']}")
+        lines += [summary_line(url, view) for url, view in (snap.get("servers") or {}).items()]
         layout = RunLayout(run_dir)
         lines.append(f"  shards: {layout.shards}  rejects: {layout.rejects}")
         print("\n".join(lines), file=sys.stderr)

@@ -27,6 +27,7 @@ from ..endpoints.autosize import Autosizer
 from ..endpoints.client import EndpointClient
 from ..endpoints.health import HealthMonitor
 from ..endpoints.pool import Pool
+from ..endpoints.server_view import ServerWatch
 from ..endpoints.state import DRAINING, EndpointState
 from ..endpoints.transport import proxy_for, shown
 from ..errors import ConfigError, Interrupted, RegenError
@@ -49,6 +50,7 @@ from .sink import CountingSink
 
 log = logging.getLogger("regen.run")
 HEARTBEAT_INTERVAL_S = 1.0
+FINAL_SERVER_READ_S = 2.0  # the servers' last reading at the end of a run waits no longer
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -130,6 +132,8 @@ class Runner:
         self.run_dir = output_dir(cfg.output)  # a bucket run's node-local working copy (store/remote.py)
         self.metrics = Metrics()
         self.stop = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second signal: cancel what is in flight now
+        self._signal_name = "SIGINT"
         self.pool: Pool | None = None
         self._stack: AsyncExitStack | None = None
         self.gate: Gate | None = None
@@ -141,6 +145,7 @@ class Runner:
         # Endpoints known to be regen's simulator, URL -> the name run.json's `simulated_endpoints` lists ("sim" for
         # the embedded one, whose URL is a port of the moment; its URL for a `regen sim` found by preflight).
         self._simulated: dict[str, str] = {}
+        self.servers: ServerWatch | None = None  # what each server says of itself (client.server_view_interval_s)
         out = cfg.output
         self.exporter = Exporter(out.metrics_host, out.metrics_port, worker=options.worker_index)
 
@@ -200,7 +205,7 @@ class Runner:
             await asyncio.to_thread(heartbeat.beat, self.run_dir, self.opt.worker_index, self._started, ended)
         summary = self._summary(store, interrupted=interrupted)
         if interrupted:
-            raise Interrupted("interrupted after a clean drain; rerun the same command to resume")
+            raise Interrupted("interrupted after a clean drain; rerun the same command to resume", summary)
         return summary
 
     async def _open_store(self, files: list[str], *, total: int) -> tuple[RunStore, ResumeState]:
@@ -331,6 +336,8 @@ class Runner:
                     ),
                     tg.create_task(self._watch_endpoints_file()),
                 ]
+                if (servers := self._server_watch()) is not None:
+                    background.append(tg.create_task(servers.run()))
                 producer = tg.create_task(self._produce(reader, done, store, queue))
                 feeder = tg.create_task(dispatcher.feed(queue, tg))
                 drainer = tg.create_task(self._drain_on_stop(producer, feeder, dispatcher))
@@ -339,6 +346,8 @@ class Runner:
                     await asyncio.wait(list(dispatcher.inflight))
                 for task in [*background, drainer, producer]:
                     task.cancel()
+            if self.servers is not None and not self.stop.is_set():  # so the run's means span all of it
+                await self.servers.read_all(final=True, timeout_s=FINAL_SERVER_READ_S)
         except* RegenError as group:
             raise group.exceptions[0] from None
         finally:
@@ -365,18 +374,41 @@ class Runner:
         await queue.put(None)
 
     async def _drain_on_stop(self, producer: asyncio.Task[None], feeder: asyncio.Task[None], d: Dispatcher) -> None:
-        """On SIGINT/SIGTERM: take no new prompts, let in-flight ones finish for a grace period, then cancel."""
+        """On SIGINT/SIGTERM/SIGHUP: take no new prompts, let in-flight ones finish for a grace period (saying so at
+        once), then cancel; a second signal cancels now. A cancelled prompt stays pending: nothing is lost."""
         await self.stop.wait()
         d.stopping = True
         producer.cancel()
         feeder.cancel()  # prompts still queued stay pending for the next run
+        timeout = self.cfg.client.drain_timeout_s
+        if d.inflight:
+            log.warning(
+                "%s: finishing %d requests in flight for at most %.0fs, then exiting; %s again to stop now (they "
+                "stay pending: nothing finished is lost)",
+                self._signal_name, len(d.inflight), timeout, "Ctrl-C" if self._signal_name == "SIGINT" else "signal",
+                extra={"event": "draining", "inflight": len(d.inflight), "drain_timeout_s": timeout},
+            )  # fmt: skip
         try:
-            async with asyncio.timeout(self.cfg.client.drain_timeout_s):
-                while d.inflight:
-                    await asyncio.wait(list(d.inflight))
+            async with asyncio.timeout(timeout):
+                while d.inflight and not self._hurry.is_set():
+                    hurry = asyncio.ensure_future(self._hurry.wait())
+                    await asyncio.wait([*d.inflight, hurry], return_when=asyncio.FIRST_COMPLETED)
+                    hurry.cancel()
         except TimeoutError:
-            for task in list(d.inflight):
-                task.cancel()
+            pass
+        if d.inflight:
+            log.warning("stopping now: %d requests cancelled, their prompts stay pending", len(d.inflight),
+                        extra={"event": "drain_cut", "inflight": len(d.inflight)})  # fmt: skip
+        for task in list(d.inflight):
+            task.cancel()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """The first SIGINT/SIGTERM/SIGHUP drains; a second one stops now."""
+        if self.stop.is_set():
+            self._hurry.set()
+            return
+        self._signal_name = sig.name
+        self.stop.set()
 
     async def _watch_endpoints_file(self) -> None:
         """Re-read `endpoints_file` when it changes: new URLs join the pool, removed ones drain."""
@@ -483,6 +515,22 @@ class Runner:
             on_event=self.metrics.record_error,
         )
 
+    def _server_watch(self) -> ServerWatch | None:
+        """What each server says of itself, read every `client.server_view_interval_s` (0: not read)."""
+        interval = self.cfg.client.server_view_interval_s
+        if interval > 0 and self.pool is not None:
+            self.servers = ServerWatch(self.pool, interval_s=interval, advertised=self._advertised_capacity)
+        return self.servers
+
+    def _advertised_capacity(self, url: str) -> int | None:
+        """The concurrency cap preflight read from the server (a router: its workers' together), or None."""
+        report = self.gate.results.get(url) if self.gate is not None else None
+        if report is None:
+            return None
+        reports = [w for w in report.workers if w.reachable] if report.workers else [report]
+        caps = [r.info.get("effective_max_running_requests") for r in reports]
+        return sum(c for c in caps if isinstance(c, int)) if caps and all(isinstance(c, int) for c in caps) else None
+
     def _record_preflight(self, record: dict[str, Any]) -> None:
         """run.json keeps what preflight saw (server settings for the dataset card), or that it was skipped."""
         slim = {"skipped": record.get("skipped", False)}
@@ -506,6 +554,7 @@ class Runner:
         snap = self.metrics.snapshot()
         snap["endpoints"] = self.pool.snapshot() if self.pool else {}
         snap["queue_depth"] = self._queue.qsize() if self._queue is not None else 0
+        snap["servers"] = self.servers.snapshot() if self.servers is not None else {}
         unusable = self.pool.unusable_for() if self.pool else 0.0
         timeout = self.cfg.client.no_endpoint_timeout_s
         snap["gives_up_at"] = time.time() + timeout - unusable if unusable > 0 else None  # no endpoint usable
@@ -533,15 +582,18 @@ class Runner:
         if not self.opt.handle_signals:
             return
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop.set)
+        for sig in _SIGNALS:  # SIGHUP too: a closed terminal drains like Ctrl-C
+            loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _remove_signals(self) -> None:
         if not self.opt.handle_signals:
             return
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _append_line(path: Path, line: bytes) -> None:

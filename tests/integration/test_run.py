@@ -102,6 +102,71 @@ def test_sigint_then_rerun_finishes_without_duplicates(tmp_path: Path, sim) -> N
     assert_exactly_once(tmp_path / "run", ids)
 
 
+def _start_and_wait(
+    tmp_path: Path, server, n: int = 200, *sets: str, key: str = "generations_total"
+) -> subprocess.Popen[str]:
+    write_prompts(tmp_path / "prompts.jsonl", n=n)
+    cfg = write_config(tmp_path, server.url)
+    argv = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "run",
+        str(cfg),
+        "--no-progress",
+        *(a for x in sets for a in ("--set", x)),
+    ]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.stats()[key] < (20 if key == "generations_total" else 8):
+        assert proc.poll() is None
+        time.sleep(0.05)
+    return proc
+
+
+def test_ctrl_c_says_what_it_drains_and_prints_the_counts(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--decode-rate", "3000", "--max-running-requests", "16")
+    proc = _start_and_wait(tmp_path, server)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "SIGINT: finishing " in err and "requests in flight for at most 30s" in err
+    assert "Ctrl-C again to stop now" in err
+    assert "prompts finished in" in err and "pending)" in err  # the counts, then how to resume
+    assert err.index("prompts finished in") < err.index("resume with: regen run")
+
+
+def test_a_second_ctrl_c_stops_now_and_loses_nothing(tmp_path: Path, sim) -> None:
+    """Requests that take far longer than the drain a user will wait for: the second Ctrl-C cancels them, and they
+    stay pending for the rerun (exactly once)."""
+    server = sim(*SIM_FLAGS, "--decode-rate", "300", "--max-running-requests", "16")
+    proc = _start_and_wait(tmp_path, server, 60, "client.drain_timeout_s=600", key="in_flight")
+    proc.send_signal(signal.SIGINT)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # synchronise on the run's own word that it drains
+        if "requests in flight for at most 600s" in line:
+            break
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 30  # not the 600 s drain
+    assert "stopping now:" in err and "their prompts stay pending" in err
+    fast = sim(*SIM_FLAGS)  # the rerun need not wait on the slow server
+    result = regen("run", str(tmp_path / "run.toml"), "--no-progress", "--endpoint", fast.url, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert_exactly_once(tmp_path / "run", [f"p{i:04d}" for i in range(60)])
+
+
+def test_sighup_drains_like_ctrl_c(tmp_path: Path, sim) -> None:
+    server = sim(*SIM_FLAGS, "--decode-rate", "3000", "--max-running-requests", "16")
+    proc = _start_and_wait(tmp_path, server)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "SIGHUP: finishing " in err and "resume with: regen run" in err
+
+
 def test_misspelled_key_fails_and_writes_nothing(tmp_path: Path) -> None:
     write_prompts(tmp_path / "prompts.jsonl", n=5)
     cfg = write_config(tmp_path, "sim", extra="concurency = 3")
