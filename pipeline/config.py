@@ -105,6 +105,7 @@ class ClientConfig:
     queue_size: int = 0  # prompts buffered between reader and workers; 0 = 2x total concurrency
     sticky_conversations: bool = True  # a conversation's turns go to the endpoint of its previous turn (prefix cache)
     sticky_wait_s: float = 5.0  # how long a turn waits for a slot there before taking the least-loaded endpoint
+    server_view_interval_s: float = 10.0  # read each server's own figures (/metrics, /v1/loads); 0 = off
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ def load_config(
                 "as written (or start from configs/qwen36-27b-mtp.toml)"
             )
     for item in overrides:
-        _apply_override(data, item)
+        apply_override(data, item)
     cfg = config_from_dict(data, where=where)  # unknown and misspelled keys first: the likelier mistake
     for key in required:
         if not _is_set(data, key):
@@ -331,6 +332,7 @@ _RANGES: tuple[tuple[str, typing.Callable[[Any], bool], str], ...] = (
     ("client.no_endpoint_timeout_s", _positive, "positive"),
     ("client.queue_size", _at_least(0), "0 (automatic) or more"),
     ("client.sticky_wait_s", _at_least(0), "0 or more"),
+    ("client.server_view_interval_s", _at_least(0), "0 (off) or more"),
     ("validate.min_answer_chars", _at_least(0), "0 or more"),
     ("validate.max_repetition", lambda v: 0 <= v <= 1, "in [0, 1] (0 = off)"),
     (
@@ -486,7 +488,7 @@ def _settings(ep: EndpointConfig) -> str:
     )
 
 
-def _apply_override(data: dict[str, Any], item: str) -> None:
+def apply_override(data: dict[str, Any], item: str) -> None:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. generation.max_tokens=4096")
