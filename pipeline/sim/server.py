@@ -45,11 +45,19 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
+async def _sim_ready(request: web.Request) -> web.Response:
+    """End the warm-up now (`--warmup`): a test holds a server in warm-up until it has seen a client wait on it."""
+    request.app[SIM].warmed = True
+    return web.json_response({"healthy": request.app[SIM].healthy()})
+
+
 async def _health(request: web.Request) -> web.Response:
     sim = request.app[SIM]
     if sim.config.health_delay_s:
         await asyncio.sleep(sim.config.health_delay_s)
-    return web.Response(status=200 if sim.healthy() else 503)
+    status = 200 if sim.healthy() else 503
+    sim.health_probes[status] += 1
+    return web.Response(status=status)
 
 
 async def _ready(request: web.Request) -> web.Response:
@@ -134,6 +142,7 @@ async def _sim_stats(request: web.Request) -> web.Response:
             "running": running,
             "queued": waiting,
             "healthy": sim.healthy(),
+            "health_probes": {str(k): v for k, v in sim.health_probes.items()},
         }
     )
 
@@ -185,6 +194,7 @@ def build_app(sim: Sim) -> web.Application:
     r.add_post("/separate_reasoning", _separate_reasoning)
     r.add_get("/_sim/stats", _sim_stats)
     r.add_post("/_sim/reset", _sim_reset)
+    r.add_post("/_sim/ready", _sim_ready)
     return app
 
 

@@ -123,12 +123,14 @@ class Sim:
         self.on_die: Callable[[], None] | None = None
         self.on_down: Callable[[float], None] | None = None
         self.went_down = False
+        self.warmed = False  # POST /_sim/ready: warm-up over now, whatever --warmup said (tests synchronise on it)
+        self.health_probes = {200: 0, 503: 0}  # /health answers by status: what a client saw of the warm-up
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def healthy(self) -> bool:
         if self.draining or self.dead or self.listening_at is None:
             return False
-        return time.monotonic() >= self.listening_at + self.config.warmup_s
+        return self.warmed or time.monotonic() >= self.listening_at + self.config.warmup_s
 
     def in_503_burst(self) -> bool:
         """`--fail-503-every`: whether generation requests are refused with 503 right now."""
