@@ -10,6 +10,7 @@ are documented in docs/metrics.md.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -22,6 +23,18 @@ from ..endpoints.state import DEGRADED, DOWN, DRAINING, HEALTHY, RETIRED
 from ..errors import ConfigError
 
 STATES = (HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED)
+SERVER_GAUGES = (  # each server's own figures, as its /metrics or /v1/loads gave them (docs/metrics.md)
+    ("regen_server_running_requests", "running", "requests the server is running, every client's"),
+    ("regen_server_queued_requests", "queued", "requests waiting in the server's queue"),
+    (
+        "regen_server_capacity",
+        "capacity",
+        "requests the server runs at once (what it or preflight says, else regen's slots)",
+    ),
+    ("regen_server_kv_usage", "kv_usage", "the server's KV-cache use, 0 to 1"),
+    ("regen_server_generation_tokens_per_s", "gen_tokens_per_s", "the server's generation throughput, tokens/s"),
+    ("regen_server_spec_accept_length", "spec_accept_length", "the server's mean speculative accept length"),
+)
 
 
 class Exporter(Collector):
@@ -63,6 +76,7 @@ class Exporter(Collector):
             return
         yield from self._run_metrics(snap)
         yield from self._endpoint_metrics(snap.get("endpoints", {}))
+        yield from self._server_metrics(snap.get("servers") or {})
         commit = snap.get("commit_seconds")
         if commit:
             yield self._histogram("regen_commit_seconds", "journal sync (fsync and shard commits), seconds", commit)
@@ -147,6 +161,16 @@ class Exporter(Collector):
             ("regen_endpoint_errors", "errors", "requests failed"),
         ):
             yield _counter(name, doc, ["endpoint"], [([url], ep[key]) for url, ep in endpoints.items()], w)
+
+    def _server_metrics(self, servers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+        """What each server says of itself (endpoints/server_view.py); a figure it does not report has no series."""
+        for name, key, doc in SERVER_GAUGES:
+            values = [([url], float(v[key])) for url, v in servers.items() if v.get(key) is not None]
+            yield _gauge(name, doc, ["endpoint"], values, self.worker)
+        now = time.time()
+        ages = [([url], max(0.0, now - v["read_at"])) for url, v in servers.items() if v.get("read_at") is not None]
+        yield _gauge("regen_server_reading_age_seconds", "seconds since the server last gave its figures", ["endpoint"],
+                     ages, self.worker)  # fmt: skip
 
     def _spec_metrics(self, s: dict[str, Any]) -> Iterator[Metric]:
         """The serving model's speculative acceptance of the stored turns, per endpoint (only those that report it)."""

@@ -71,6 +71,7 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
     status["damaged"] = [str(d) for d in damaged_parts(run_dir)]
     status["duplicates"] = duplicates(run_dir)
     _merge_metrics_endpoints(run_dir, status, now, dead)
+    status["servers"] = _servers(run_dir, now)
     status["loops"] = _loops(run_dir)
     status["spec_accept_length"] = _acceptance(run_dir, journal)
     status["repetition"] = _repetition(run_dir, journal)
@@ -318,6 +319,22 @@ def _merge_metrics_endpoints(run_dir: Path, status: dict[str, Any], now: float, 
                     row[key] = row.get(key, 0) + value
                 elif key not in row or row[key] is None:
                     row[key] = value
+
+
+def _servers(run_dir: Path, now: float) -> dict[str, dict[str, Any]]:
+    """What each server last said of itself (the runner's `servers` gauges, endpoints/server_view.py): of every
+    worker's reading of a server, the latest (they read the same server; its figures count every client), with its
+    age. A run that read none (server_view_interval_s = 0, or a run from before) has none."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in rundir.metrics_files(run_dir):
+        lines = rundir.tail_lines(path, max_bytes=64 * 1024)
+        for url, view in ((lines[-1].get("servers") or {}) if lines else {}).items():
+            if not isinstance(view, dict):
+                continue
+            at = view.get("read_at")
+            if url not in out or (at or 0) > (out[url].get("read_at") or 0):
+                out[url] = {**view, "age_s": None if at is None else round(max(0.0, now - at), 1)}
+    return dict(sorted(out.items()))
 
 
 def _loops(run_dir: Path) -> dict[str, int]:

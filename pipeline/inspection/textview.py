@@ -97,11 +97,32 @@ def format_status(status: dict[str, Any]) -> str:
         ]
         headers = ["endpoint", "accepted", "rejected", "rej%", "inflight", "errors", "lat p50", "lat p99"]
         lines += ["", table(headers, rows)]
+    lines += server_lines(status.get("servers") or {})
     lines += spec_lines(status.get("spec_accept_length"))
     lines += repetition_lines(status.get("repetition"))
     if status["last_errors"]:
         lines += ["", "last errors:"] + [f"    {err}" for err in status["last_errors"]]
     return "\n".join(lines + store_problems(status))
+
+
+def server_lines(servers: dict[str, dict[str, Any]]) -> list[str]:
+    """What each server says of itself (its /metrics or /v1/loads, read by the run): one row per server."""
+    if not servers:
+        return []
+    rows = []
+    for url, v in servers.items():
+        if v.get("read_at") is None:
+            rows.append([url, "-", "-", "-", "-", "-", "-", v.get("error") or "not read yet"])
+            continue
+        running = _num(v.get("running"))
+        if v.get("capacity"):
+            running += f"/{v['capacity']:,}"
+        read = f"{_duration(v.get('age_s'))} ago" + (" (stale)" if v.get("stale") else "")
+        source = f"{v.get('kind')} {v.get('source')}"
+        rows.append([url, running, _num(v.get("queued")), _pct(v.get("kv_usage")), _num(v.get("gen_tokens_per_s")),
+                     _num(v.get("spec_accept_length"), 2), read, source])  # fmt: skip
+    headers = ["server (its own figures)", "running", "queued", "KV use", "gen tok/s", "accept", "read", "from"]
+    return ["", table(headers, rows)]
 
 
 def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
