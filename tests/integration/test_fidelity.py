@@ -40,20 +40,23 @@ def _replies(tmp_path: Path) -> tuple[Path, dict[str, tuple[str, str]], dict[str
     return path, kept, loops
 
 
-def _run(tmp_path: Path, sim, client: str) -> tuple[dict, dict, list[dict], list[dict], dict]:
+def _server(tmp_path: Path, sim):
+    """The simulator answering every prompt of `_replies` in 7-character deltas, at a decode rate; and the replies."""
     replies, kept, loops = _replies(tmp_path)
     server = sim(
         "--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--replies", str(replies),
         "--stream-chunk-chars", "7", "--decode-rate", "40000", "--max-running-requests", "8",
     )  # fmt: skip
-    prompts = tmp_path / "prompts.jsonl"
-    names = [*kept, *loops]
-    prompts.write_bytes(b"".join(orjson.dumps({"id": n, "prompt": f"prompt {n}"}) + b"\n" for n in names))
+    return server, kept, loops
+
+
+def _config(tmp_path: Path, url: str, data: Path, *, client: str = "", select: str = "all") -> Path:
     cfg = tmp_path / "run.toml"
     cfg.write_text(
         f"""
 [input]
-path = "{prompts}"
+path = "{data}"
+select = "{select}"
 [output]
 dir = "{tmp_path / "run"}"
 shard_rows = 100
@@ -67,10 +70,19 @@ backoff_base_s = 0.01
 backoff_max_s = 0.05
 {client}
 [[endpoints]]
-url = "{server.url}"
+url = "{url}"
 concurrency = 8
 """
     )
+    return cfg
+
+
+def _run(tmp_path: Path, sim, client: str) -> tuple[dict, dict, list[dict], list[dict], dict]:
+    server, kept, loops = _server(tmp_path, sim)
+    prompts = tmp_path / "prompts.jsonl"
+    names = [*kept, *loops]
+    prompts.write_bytes(b"".join(orjson.dumps({"id": n, "prompt": f"prompt {n}"}) + b"\n" for n in names))
+    cfg = _config(tmp_path, server.url, prompts, client=client)
     result = regen("run", str(cfg), "--no-progress", timeout=300)
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "run"
@@ -138,11 +150,7 @@ def test_a_repair_pastes_only_what_the_model_finished(tmp_path: Path, sim) -> No
     """The repair path: a dataset whose assistant turns are all broken (empty), regenerated with `input.select =
     "invalid"` and exported `--format repaired`: every repetitive answer pasted whole, each runaway loop left as it
     was (never a cut text), and the re-audit finds only those rows."""
-    replies, kept, loops = _replies(tmp_path)
-    server = sim(
-        "--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--replies", str(replies),
-        "--stream-chunk-chars", "7", "--decode-rate", "40000", "--max-running-requests", "8",
-    )  # fmt: skip
+    server, kept, loops = _server(tmp_path, sim)
     data = tmp_path / "broken.jsonl"
     names = [*kept, *loops]
     data.write_bytes(
@@ -152,27 +160,7 @@ def test_a_repair_pastes_only_what_the_model_finished(tmp_path: Path, sim) -> No
             for n in names
         )
     )  # fmt: skip
-    cfg = tmp_path / "repair.toml"
-    cfg.write_text(
-        f"""
-[input]
-path = "{data}"
-select = "invalid"
-[output]
-dir = "{tmp_path / "run"}"
-sync_interval_s = 0.2
-[generation]
-model = "Qwen3.6-27B"
-max_tokens = 32768
-[client]
-max_attempts = 2
-backoff_base_s = 0.01
-backoff_max_s = 0.05
-[[endpoints]]
-url = "{server.url}"
-concurrency = 8
-"""
-    )
+    cfg = _config(tmp_path, server.url, data, select="invalid")
     assert regen("audit", str(data)).returncode == 1
     result = regen("run", str(cfg), "--no-progress", timeout=300)
     assert result.returncode == 0, result.stderr
