@@ -55,9 +55,8 @@ class _Unused:
 
 
 # pyarrow imports pandas on its first list-to-array conversion just to check for pandas types: ~1 s and ~60 MB of
-# RSS that a run never uses. httpx (preflight) imports its command-line client when click, rich and pygments are
-# installed, ~65 ms at every start, and falls back to a stub when that import fails.
-UNUSED_IN_RUN = ("pandas", "httpx._main")
+# RSS that a run never uses. (regen's own requests, preflight's included, all go through aiohttp: no httpx.)
+UNUSED_IN_RUN = ("pandas",)
 
 
 @contextmanager
