@@ -285,3 +285,24 @@ def test_shared_answers_are_exact_not_fingerprints(tmp_path: Path) -> None:
     write(tmp_path / "shards" / "a.parquet", rows)
     dup = inspect_run(tmp_path)["duplicates_answers"]
     assert dup["rows"] == 3 and [d["count"] for d in dup["top"]] == [3]
+
+
+def test_status_rates_survive_a_worker_restart(tmp_path: Path) -> None:
+    """A worker killed and started again writes to the same metrics file with counters from zero: the recent rate
+    is the new process's own, never the difference of the two (it printed -3522.60/s)."""
+    now = T0 + 100
+    metrics = tmp_path / "metrics"
+    metrics.mkdir(parents=True)
+    old = [{"t": now - 20 + i, "started": now - 500, "done": 5000 + 100 * i, "output_tokens": 10**6 + 10**4 * i}
+           for i in range(10)]  # fmt: skip
+    new = [{"t": now - 9 + i, "started": now - 10, "done": 10 * i, "output_tokens": 1000 * i} for i in range(10)]
+    (metrics / "worker-0.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in old + new))
+    (tmp_path / "heartbeats").mkdir()
+    s = run_status(tmp_path, now=now)
+    assert s["rates"]["source"] == "metrics"
+    assert s["rates"]["recent_completions_per_s"] == pytest.approx(10.0)
+    assert s["rates"]["recent_output_tokens_per_s"] == pytest.approx(1000.0)
+    for line in old + new:  # lines from before `started` was written: cut at the counter that went down
+        del line["started"]
+    (metrics / "worker-0.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in old + new))
+    assert run_status(tmp_path, now=now)["rates"]["recent_completions_per_s"] == pytest.approx(10.0)

@@ -56,6 +56,7 @@ class Metrics:
     spec_tokens: Counter[str] = field(default_factory=Counter)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=10))
     started: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=time.time)  # wall clock: tells this process's metrics lines apart
     _window: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=120))
 
     @property
@@ -133,6 +134,7 @@ class Metrics:
     def snapshot(self) -> dict[str, Any]:
         return {
             "t": time.time(),
+            "started": self.started_at,
             "total": self.total,
             "already_done": self.already_done,
             "done": self.done,

@@ -272,7 +272,7 @@ def _metrics_rates(run_dir: Path, now: float, dead: set[int]) -> dict[str, float
         lines = [x for x in rundir.tail_lines(path) if isinstance(x.get("t"), int | float)]
         if not lines or now - lines[-1]["t"] > FRESH_METRICS_S:
             continue
-        window = [x for x in lines if x["t"] >= lines[-1]["t"] - RECENT_WINDOW_S]
+        window = _this_process(lines[-1], [x for x in lines if x["t"] >= lines[-1]["t"] - RECENT_WINDOW_S])
         first, last = window[0], window[-1]
         dt = last["t"] - first["t"]
         if dt <= 0:
@@ -283,6 +283,19 @@ def _metrics_rates(run_dir: Path, now: float, dead: set[int]) -> dict[str, float
     if not fresh:
         return None
     return {"recent_completions_per_s": done, "recent_output_tokens_per_s": tokens}
+
+
+def _this_process(last: dict[str, Any], window: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The window's lines written by the process that wrote `last`: a worker restarted (after a kill, a crash) writes
+    to the same file with its counters from zero, and a rate across the two would be negative. Lines carry the
+    process's start time (`started`); older lines without it are cut at the last counter that went down."""
+    if "started" in last:
+        return [x for x in window if x.get("started") == last["started"]]
+    start = 0
+    for i in range(1, len(window)):
+        if _generated_count(window[i]) < _generated_count(window[i - 1]):
+            start = i
+    return window[start:]
 
 
 def _generated_count(line: dict[str, Any]) -> int:
