@@ -154,5 +154,5 @@ def test_a_dataset_named_as_on_the_hub_is_read_from_the_local_cache(tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     assert [p.id for p in _read(Path("acme/chats"))] == ["train-0", "train-1", "train-2"]
     assert [p.id for p in _read(Path("acme/chats:test"))] == ["test-0", "test-1"]
-    with pytest.raises(InputError, match="neither a path nor a dataset in the local Hugging Face cache"):
+    with pytest.raises(InputError, match="no such file or folder, nor a dataset in the local Hugging Face cache"):
         _read(Path("acme/other"))

@@ -381,7 +381,7 @@ def test_no_duplicates_returns_the_row_count(tmp_path: Path) -> None:
 
 
 def test_missing_path_and_empty_glob_are_input_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"nope.jsonl: input path not found"):
+    with pytest.raises(InputError, match=r"nope.jsonl: no such file or folder"):
         PromptReader(InputConfig(path=str(tmp_path / "nope.jsonl"))).files()
     with pytest.raises(InputError, match=r"\*.parquet: no input files match"):
         PromptReader(InputConfig(path=str(tmp_path / "*.parquet"))).files()

@@ -1,11 +1,14 @@
 """`regen init DATASET [--endpoint URL]...`: a commented config, written from the dataset's first rows and what the
 endpoints report, that runs as written.
 
-The dataset's shape comes from `inputs/sniff.py` (the audit's own rules on the first 1,000 rows): which field
-holds the conversation, the id field, repeated ids, content parts, tools, images, and how many rows have assistant
-turns the audit fails (then only those are selected: the repair job). Each endpoint is asked what it serves (a
-preflight without the probe): the model name and the server arguments `[expect]` pins. Every line a user must
-read before a real run ends in `# CHECK: ...` saying what to check; the shipped configs mark theirs the same way.
+The dataset's shape comes from `inputs/sniff.py` (the audit's own rules and the run's own reader on the first
+1,000 rows): which field holds the conversation, or OpenAI Batch request lines (`input.format = "openai-batch"`),
+the id field, repeated ids, content parts, tools, images, the rows a run would refuse, and how many rows have
+assistant turns the audit fails (when some pass and some fail, only the failing ones are selected: the repair job).
+A dataset of which no row can be used (empty, unreadable, all images) gets no config: `InputError` (exit 2) with the
+reasons. Each endpoint is asked what it serves (a preflight without the probe): the model name and the server
+arguments `[expect]` pins. Every line a user must read before a real run ends in `# CHECK: ...` saying what to
+check; the shipped configs mark theirs the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 import orjson
 
 from ..config import EndpointConfig, config_from_dict
+from ..errors import InputError
+from ..inputs.batch_lines import SAMPLING_FIELDS
 from ..inputs.sniff import SNIFF_ROWS, Shape, sniff
 from ..server.preflight import preflight
 
@@ -38,9 +43,28 @@ class InitResult:
 def init_config(dataset: str, endpoints: list[str], *, rows: int = SNIFF_ROWS) -> InitResult:
     """The config for `dataset` against `endpoints` (none: a local server's default URL, marked)."""
     shape = sniff(dataset, rows)
+    _refuse_unusable(dataset, shape, rows)
     served = asyncio.run(_served(endpoints)) if endpoints else {}
     notes = _notes(shape, served, endpoints)
     return InitResult(_render(dataset, shape, endpoints, served, notes), shape, notes)
+
+
+def _refuse_unusable(dataset: str, shape: Shape, limit: int) -> None:
+    """InputError when no row of the first ones could be sent: a config for them would run and send nothing."""
+    if not shape.rows:
+        raise InputError(f"{dataset}: no rows, so there is nothing to write a config for (no config was written)")
+    if shape.readable:
+        return
+    which = f"the first {shape.rows}" if shape.rows >= limit else f"its {shape.rows}"
+    lines = [f"{dataset}: none of {which} rows can be sent, so no config was written:"]
+    lines += [f"  {n} row{'s' if n > 1 else ''}: {reason}" for reason, n in shape.unreadable.most_common(3)]
+    if shape.fields and not shape.image_rows:
+        shown = ", ".join(sorted(shape.fields)[:12])
+        lines.append(
+            f"the rows' fields are {shown}; regen reads a conversation (messages, ShareGPT conversations), a prompt "
+            "column (prompt, instruction, question, input, query) or OpenAI Batch lines (docs/conversations.md)"
+        )
+    raise InputError("\n".join(lines))
 
 
 async def _served(urls: list[str]) -> dict[str, Any]:
@@ -66,7 +90,10 @@ def _notes(shape: Shape, served: dict[str, Any], endpoints: list[str]) -> list[s
     if shape.image_rows:
         notes.append(f"{shape.image_rows} rows carry images: regen sends text only, so they are refused (bad_input)")
     if shape.duplicate_ids:
-        notes.append(f"{shape.duplicate_ids} repeated ids in the first rows: dedupe keeps the first of each")
+        notes.append(
+            f"{shape.duplicate_ids} rows in the first {shape.rows} repeat an earlier row's id: dedupe keeps the "
+            "first of each (the repaired export gives every copy its regenerated turns)"
+        )
     if served.get("error"):
         notes.append(f"the endpoints did not say what they serve ({served['error']}): model and [expect] are guesses")
     elif served and shape.fields.get("tools") and not served["expect"].get("tool_call_parser"):
@@ -98,11 +125,14 @@ def _render(dataset: str, shape: Shape, endpoints: list[str], served: dict[str, 
 def _found(shape: Shape) -> str:
     where = shape.conversation_field
     conv = f"conversation in `{where}`" if where else f"no conversation field (a plain `{shape.prompt_field}`)"
+    if shape.format == "openai-batch":
+        conv = "OpenAI Batch request lines (custom_id, method, url, body)"
     roles = ", ".join(f"{r} {n}" for r, n in shape.roles.most_common(6))
     parts = ", ".join(f"{t} {n}" for t, n in shape.part_types.most_common(4))
     bits = [conv, f"roles: {roles}" if roles else "", f"content parts: {parts}" if parts else ""]
     bits.append("a tools column" if shape.fields["tools"] else "")
     bits.append(f"ids in `{shape.id_field}`" if shape.id_field else "no id field (ids: a hash of each conversation)")
+    bits.append(f"body fields: {', '.join(sorted(shape.body_fields))}" if shape.body_fields else "")
     failing = ", ".join(f"{r} {n}" for r, n in shape.by_reason.most_common(4))
     bits.append(f"{shape.failing_rows} rows with assistant turns the audit fails ({failing})" if failing else "")
     return "; ".join(b for b in bits if b)
@@ -124,33 +154,51 @@ def _toml(value: Any) -> str:
 def _input(dataset: str, shape: Shape) -> str:
     others = sorted(f for f in shape.fields if f not in {shape.id_field, shape.conversation_field, "tools"})
     lines = ["[input]", _line("path", dataset, 'the whole dataset (a glob for many files: "/data/*.parquet")')]
-    if shape.id_field:
-        lines.append(_line("id_field", shape.id_field, "each row's id, unique across the dataset"))
+    if shape.format == "openai-batch":
+        lines.append(_line("format", shape.format, "OpenAI Batch lines: custom_id is each row's id"))
+        others = sorted({*others, *shape.body_fields} - {"custom_id", "method", "url"})
     else:
-        lines.append(_line("id_field", "id", "absent in the rows: each id is a hash of the row's conversation"))
-    if shape.conversation_field:
-        lines.append(_line("messages_field", "auto"))
-    else:
-        lines.append(_line("prompt_field", shape.prompt_field or "prompt", "the column holding each prompt"))
+        lines += _conversation_keys(shape)
     check = (f"columns copied into output rows; this dataset has {', '.join(others)}" if others else
              "columns copied into output rows") + "; a name the rows lack is null in every row"  # fmt: skip
     lines.append(_line("keep_fields", [], check))
-    if shape.duplicate_ids or not shape.id_field:
+    if shape.duplicate_ids or (not shape.id_field and shape.format != "openai-batch"):
         lines.append(_line("dedupe", True, "a repeated id (an identical conversation) is generated once"))
     unreadable = sum(shape.unreadable.values())
-    if unreadable and unreadable < shape.rows:
+    if unreadable:  # never all of them: init refuses such a dataset
         reason = shape.unreadable.most_common(1)[0][0]
         lines.append(_line("max_bad_share", 1, f"{unreadable} of the first {shape.rows} rows cannot be read ({reason}"
                                                "): they go to rejects as bad_input and the rest are sent"))  # fmt: skip
-    broken = shape.failing_rows and set(shape.by_reason) != {"empty_reasoning"}
-    if broken:
-        check = (
-            f'only rows the audit fails ({shape.failing_rows} of the first {shape.rows}) are sent; "all" = every row'
-        )
-        lines.append(_line("select", "invalid", check))
-    elif shape.failing_rows:
-        lines.append("# The rows store no reasoning at all: every row is regenerated (a thinking-mode dataset).")
+    if sampling := sorted(k for k in shape.body_fields if k in (*SAMPLING_FIELDS, "n")):
+        check = f"the bodies set {', '.join(sampling)}: true uses them (n: that row's samples) over [generation]"
+        lines.append(_line("request_overrides", False, check))
+    lines += _selection(shape)
     return "\n".join(lines)
+
+
+def _conversation_keys(shape: Shape) -> list[str]:
+    if shape.id_field:
+        lines = [_line("id_field", shape.id_field, "each row's id, unique across the dataset")]
+    else:
+        lines = [_line("id_field", "id", "absent in the rows: each id is a hash of the row's conversation")]
+    if shape.conversation_field:
+        return [*lines, _line("messages_field", "auto")]
+    return [*lines, _line("prompt_field", shape.prompt_field or "prompt", "the column holding each prompt")]
+
+
+def _selection(shape: Shape) -> list[str]:
+    """`select = "invalid"` where it narrows the run: some rows' stored turns fail the audit and some pass. When
+    every readable row fails, every row is regenerated (a comment says why), whatever the reasons."""
+    failing = ", ".join(f"{r} {n}" for r, n in shape.by_reason.most_common(4))
+    if not shape.failing_rows:
+        return []
+    if shape.failing_rows < shape.readable:
+        count = f"{shape.failing_rows} of {shape.readable}: {failing}"
+        check = f'only rows the audit fails ({count}) are sent; "all" = every row'
+        return [_line("select", "invalid", check)]
+    if set(shape.by_reason) == {"empty_reasoning"}:
+        return ["# The rows store no reasoning at all: every row is regenerated (a thinking-mode dataset)."]
+    return [f"# Every row's stored turns fail the audit ({failing}): every row is regenerated."]
 
 
 def _output(dataset: str) -> str:

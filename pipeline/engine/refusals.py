@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from ..config import InputConfig
 from ..errors import InputError
+from ..inputs.sniff import BATCH_KEYS, first_rows
 from ..records import BadInput, Prompt
 
 FIRST_ROWS = 1000
@@ -30,7 +31,8 @@ def check_first_rows(
     """Raise InputError when more than `inp.max_bad_share` of the first FIRST_ROWS rows are bad_input.
 
     `batches` is the reader's stream of `path` (only its first FIRST_ROWS items are read); `fields()` gives the
-    columns of the first rows, which the hints name (read only when the run is refused)."""
+    columns of the first rows, which the hints name (read only when the run is refused). Each hint names the key to
+    change; none sends the user to `regen init`, which may be what wrote this config (issue 38)."""
     if inp.max_bad_share >= 1:
         return
     first = list(itertools.islice(itertools.chain.from_iterable(batches), FIRST_ROWS))
@@ -44,10 +46,7 @@ def check_first_rows(
         lines.append(f"  {n} rows: {reason} (e.g. {next(b.source for b in bad if _same(b, reason))})")
         if fix := fix_for(reason, inp, columns):
             lines.append(f"    fix: {fix}")
-    lines.append(
-        f"(to send the rows that can be read anyway: --set input.max_bad_share=1; `regen init {path}` "
-        "writes a config for this dataset)"
-    )
+    lines.append("(to send the rows that can be read anyway: --set input.max_bad_share=1)")
     raise InputError("\n".join(lines))
 
 
@@ -59,6 +58,8 @@ def fix_for(reason: str, inp: InputConfig, fields: set[str]) -> str:
     """The config change a refusal reason suggests, or ""."""
     shown = ", ".join(sorted(fields)[:12]) or "none"
     if reason.startswith("no ") and reason.endswith(" field"):
+        if BATCH_KEYS <= fields:
+            return 'input.format = "openai-batch" (the rows are OpenAI Batch lines: custom_id, method, url, body)'
         if inp.messages_field != "auto" and {"messages", "conversations"} & fields:
             found = "conversations (ShareGPT)" if "conversations" in fields else "messages"
             return f'input.messages_field = "auto" (the rows hold {found}, not {inp.messages_field!r})'
@@ -88,7 +89,5 @@ def refused_summary(rejected_by_reason: dict[str, int], finished: int) -> str | 
 
 def first_row_fields(path: str, rows: int = 20) -> set[str]:
     """The columns of the input's first rows (for the hints)."""
-    from ..inputs.sniff import first_rows
-
     _, data = first_rows(path, rows)
     return {key for row in data if isinstance(row, dict) for key in row}

@@ -77,7 +77,7 @@ def resolve(pattern: str, fmt: str) -> dict[Path, str]:
     else:
         matches = [Path(pattern)]
         if not matches[0].exists():
-            raise InputError(f"{pattern}: input path not found")
+            raise InputError(f"{pattern}: no such file or folder (input path not found)")
     kinds: dict[Path, str] = {}
     for path in matches:
         if path.is_dir():
@@ -102,12 +102,14 @@ def hub_cached(name: str) -> dict[Path, str] | None:
     """The files of dataset `org/name[:split]` in the local Hugging Face cache; None when `name` is a path that
     exists or does not look like a dataset name. InputError when it names a dataset the cache lacks."""
     match = _HUB_NAME.match(name)
-    if match is None or Path(name.split(":")[0]).exists():
+    if match is None or Path(name.split(":")[0]).exists() or _local_looking(match[1], match[2]):
         return None
     org, dataset, split = match[1], match[2], match[3] or "train"
     repo = hub_cache() / f"datasets--{org}--{dataset}"
     if not repo.is_dir():
-        raise InputError(f"{name}: neither a path nor a dataset in the local Hugging Face cache ({repo} is missing)")
+        raise InputError(
+            f"{name}: no such file or folder, nor a dataset in the local Hugging Face cache ({repo} is missing)"
+        )
     ref = repo / "refs" / "main"
     snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
     snapshots = [s for s in snapshots if s.is_dir()] or sorted(
@@ -121,6 +123,13 @@ def hub_cached(name: str) -> dict[Path, str] | None:
     if not chosen:
         raise InputError(f"{name}: no {split!r} split in {snapshots[-1]} ({len(files)} data files)")
     return {p: _kind(p, "auto", named=False) for p in chosen}
+
+
+def _local_looking(first: str, last: str) -> bool:
+    """Whether `first/last` reads as a local path rather than a Hub name: a file name with a data suffix
+    (`data/chat.jsonl`), or a first part that is a local folder. A missing one is then "no such file"."""
+    suffixes = tuple(s for group in _SUFFIXES.values() for s in group)
+    return last.lower().endswith((*suffixes, ".gz")) or Path(first).is_dir()
 
 
 def _kind(path: Path, fmt: str, *, named: bool) -> str:

@@ -32,7 +32,7 @@ def test_the_seed_config_on_a_sharegpt_file_stops_before_sending_anything(tmp_pa
     assert result.returncode == 2, result.stderr
     assert "500 of the first 500 rows cannot be read (bad_input); nothing was sent" in result.stderr
     assert 'fix: input.messages_field = "auto"' in result.stderr and "conversations (ShareGPT)" in result.stderr
-    assert f"regen init {SHAREGPT}" in result.stderr
+    assert "regen init" not in result.stderr  # the fix is a key (issue 38): init may be what wrote the config
     assert server.stats()["requests"] == 0  # not even a preflight probe
     assert not out.exists()  # nothing written
 

@@ -49,19 +49,20 @@ def test_init_writes_a_config_that_runs_as_written(tmp_path: Path, sim, name: st
     assert committed_ids(tmp_path / "run", "shards"), run.stderr  # something was generated and accepted
 
 
-def test_init_suggests_the_repair_selection_and_dedupe_where_the_audit_finds_them(tmp_path: Path, sim) -> None:
+def test_init_suggests_dedupe_and_counts_repeats_as_the_run_does(tmp_path: Path, sim) -> None:
     server = sim(*SIM)
-    text = _init(tmp_path, "llamafactory/glaive_toolcall_en_demo.json", server.url).read_text()
+    name = "llamafactory/glaive_toolcall_en_demo.json"
+    result = regen("init", str(DATASETS / name), "--endpoint", server.url, "--out", str(tmp_path / "regen.toml"))
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "regen.toml").read_text()
     # exact duplicate rows, no ids; no turn broken but for its missing reasoning (an answer echoing a long run of
     # zeros from its prompt is a copy, not a loop: issue 36)
     assert "dedupe = true" in text and "select = " not in text and "store no reasoning at all" in text
-    broken = tmp_path / "c" / "broken.jsonl"  # the repository's sample: its assistant turns are empty
-    broken.parent.mkdir()
-    broken.write_bytes((ROOT / "data" / "sample_conversations.jsonl").read_bytes())
-    out = tmp_path / "c" / "regen.toml"
-    result = regen("init", str(broken), "--endpoint", server.url, "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    assert 'select = "invalid"' in out.read_text()
+    # the run's id hash covers `tools`: 35 rows repeat an earlier one, not the 38 a hash of the turns alone finds
+    assert "35 rows in the first 300 repeat an earlier row's id" in result.stderr
+    run = regen("run", str(tmp_path / "regen.toml"), "--output", str(tmp_path / "run"), "--no-progress")
+    assert run.returncode == 0, run.stderr
+    assert "265 prompts finished" in run.stderr  # 300 rows less the 35 repeats
     plain = _init(tmp_path / "b", "fastchat_dummy_conversation.json", server.url).read_text()
     assert "select = " not in plain and "store no reasoning at all" in plain  # nothing to repair: add reasoning
 
@@ -86,12 +87,14 @@ def test_init_fits_max_tokens_in_the_servers_context(tmp_path: Path, sim) -> Non
     assert run.returncode == 0, run.stderr
 
 
-def test_init_on_an_image_dataset_says_its_rows_are_refused(tmp_path: Path, sim) -> None:
+def test_init_on_an_image_dataset_writes_nothing(tmp_path: Path, sim) -> None:
     server = sim(*SIM)
-    result = regen("init", str(DATASETS / "llamafactory/mllm_demo.json"), "--endpoint", server.url)
-    assert result.returncode == 0, result.stderr
-    assert "6 rows carry images: regen sends text only, so they are refused (bad_input)" in result.stderr
-    assert result.stdout.startswith("# Written by `regen init`")
+    out = tmp_path / "regen.toml"
+    result = regen("init", str(DATASETS / "llamafactory/mllm_demo.json"), "--endpoint", server.url, "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "none of its 6 rows can be sent, so no config was written" in result.stderr
+    assert "in its 'images' column" in result.stderr and "text-only" in result.stderr
+    assert not out.exists() and not result.stdout
 
 
 def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
