@@ -47,7 +47,9 @@ log = logging.getLogger("regen.endpoints")
 
 METRICS_PATH = "/metrics"
 LOADS_PATH = "/v1/loads"
-READ_TIMEOUT_S = 5.0  # a read never takes longer than this (nor longer than the interval)
+# A read never takes longer, whatever the interval: a busy server's /metrics can take longer than a short interval
+# (a real vLLM on 2 CPU cores, generating, answered in over 0.1 s), and rounds never overlap (the next waits).
+READ_TIMEOUT_S = 5.0
 REDISCOVER_TICKS = 6  # a server that reported nothing is asked again every this many intervals
 NOT_REPORTED = "not reported (no /metrics, no /v1/loads)"
 
@@ -291,7 +293,7 @@ class ServerWatch:
 
     async def read_all(self, *, final: bool = False, timeout_s: float | None = None) -> None:
         """Read every live endpoint once, at once (a slow one holds up this round by its timeout at most)."""
-        timeout = min(READ_TIMEOUT_S, self.interval_s) if timeout_s is None else timeout_s
+        timeout = READ_TIMEOUT_S if timeout_s is None else timeout_s
         live = [ep for ep in self.pool.endpoints if ep.state in LIVE]
         await asyncio.gather(*(self.read(ep, timeout, final=final) for ep in live))
 
