@@ -252,19 +252,21 @@ def test_a_prompt_the_server_refuses_is_rejected_once_without_blaming_the_endpoi
     asyncio.run(scenario())
 
 
-def test_a_400_before_any_completion_is_retried_not_a_verdict() -> None:
-    """Until one prompt has been served, a 400 may be the config's (issue 20): it uses attempts like a 5xx and ends
-    as exhausted_retries, which the next run retries, never as http_4xx."""
+def test_a_prompt_past_the_context_is_its_own_reject_even_before_any_completion() -> None:
+    """A context-length 400 is a fact about the prompt (issue 37): rejected `context_length` on the first answer,
+    never retried, served prompt or not. (Any other 400 before the first completion may be the config's, issue 20:
+    tests/integration/test_infrastructure_failures.py.)"""
     long = Prompt(id="long", messages=({"role": "user", "content": "word " * 4000},))
 
     async def scenario() -> None:
-        cfg = make_config(max_attempts=3)
-        async with endpoints(cfg, sim_config(context_length=1024)) as pool:
+        cfg = make_config(max_attempts=3)  # max_tokens 2048: it fits; the prompt alone does not
+        async with endpoints(cfg, sim_config(context_length=3000)) as pool:
             d, sink, metrics = dispatcher(cfg, pool)
             await d.process(long)
             [row] = sink.rejected
-            assert (row["reason"], row["attempts"]) == ("exhausted_retries", 3)
-            assert "before any completion" in row["detail"] and metrics.requests == 3
+            assert (row["reason"], row["attempts"]) == ("context_length", 1)
+            assert "is longer than the model's context length (3000 tokens)" in row["detail"]
+            assert metrics.requests == 1
 
     asyncio.run(scenario())
 

@@ -116,6 +116,11 @@ _CONTEXT = re.compile(
 )
 
 
+# vLLM refuses a request with tools when it was started without a tool-call parser ("auto" tool choice requires
+# --enable-auto-tool-choice and --tool-call-parser to be set): the same answer for every such request.
+_NO_TOOL_PARSER = re.compile(r"enable-auto-tool-choice|tool-call-parser to be set", re.IGNORECASE)
+
+
 def raise_for_status(status: int, raw: bytes, url: str, *, retry_after: str | None, location: str | None) -> None:
     """Return for a 2xx; otherwise raise the status's error class."""
     if 200 <= status < 300:
@@ -136,6 +141,11 @@ def raise_for_status(status: int, raw: bytes, url: str, *, retry_after: str | No
         raise FatalEndpointError(f"{message} (wrong URL or model name?)")
     if status in (400, 413) and _CONTEXT.search(message):
         raise ContextLengthError(message, status=status)
+    if status == 400 and _NO_TOOL_PARSER.search(message):  # every request with tools gets it: the server's setup
+        raise FatalEndpointError(
+            f"{message} (the input has tools and this server parses no tool calls: start vLLM with "
+            "--enable-auto-tool-choice --tool-call-parser NAME, SGLang with --tool-call-parser NAME)"
+        )
     if status in (408, 429) or status >= 500:
         raise RetryableRequestError(message, status=status, retry_after=_seconds(retry_after))
     raise PermanentRequestError(message, status=status)

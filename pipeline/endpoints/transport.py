@@ -177,9 +177,16 @@ class Transport:
                     data = await resp.read()
                 else:
                     parts: list[bytes] = []
-                    async for piece in resp.content.iter_any():
-                        parts.append(piece)
-                        on_chunk(piece)
+                    try:
+                        async for piece in resp.content.iter_any():
+                            parts.append(piece)
+                            on_chunk(piece)
+                    except BaseException:
+                        # A reader that stops early (the loop guard, a stall): close the connection now. Leaving
+                        # the block only hands it back to aiohttp, which may keep the socket; a server without
+                        # /abort_request (vLLM) stops a request when its stream closes, and only then.
+                        resp.close()
+                        raise
                     data = b"".join(parts)
                 return Reply(resp.status, resp.headers, data)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:

@@ -212,12 +212,17 @@ class Dispatcher:
         except FatalEndpointError:
             await self.pool.release(ep, unused=True)
             raise
-        except PermanentRequestError as exc:  # the prompt is at fault (e.g. longer than the context) ...
+        except ContextLengthError as exc:  # the prompt does not fit the server's context: a fact about the prompt
+            await self.pool.release(ep)
+            t.attempts, t.reason, t.detail, t.final = t.attempts + 1, "context_length", str(exc), True
+            # one reject of its own, never retried; counted by the circuit all the same, so a max_tokens that leaves
+            # no prompt room (the config's fault) stops the run once it dominates (exit 3) instead of rejecting all
+            self.circuit.failed(str(exc))
+            return None
+        except PermanentRequestError as exc:  # the prompt is at fault (e.g. a bad parameter) ...
             await self.pool.release(ep)
             if self.circuit.seen_completion:
-                # a prompt that does not fit the context is a fact about it: one reject of its own, never retried
-                reason = "context_length" if isinstance(exc, ContextLengthError) else "http_4xx"
-                t.attempts, t.reason, t.detail, t.final = t.attempts + 1, reason, str(exc), True
+                t.attempts, t.reason, t.detail, t.final = t.attempts + 1, "http_4xx", str(exc), True
                 return None
             # ... unless no prompt has been served yet: then it is more likely the config's (see circuit.py)
             await self._failed(t, exc, f"before any completion of this run: {exc}")

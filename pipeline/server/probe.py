@@ -61,6 +61,8 @@ async def probe(ctl: Control, cfg: Config, version: str | None, retry: RetryPoli
     while True:
         try:
             out = await once()
+            if "error" in out:  # a 4xx (an unknown model: vLLM's 404): said as it is, not asked again
+                break
             if out["content"] or out["reasoning"] or empty + 1 >= PROBE_EMPTY_TRIES:
                 out = {**out, "empty": empty + (0 if out["content"] or out["reasoning"] else 1)}
                 break

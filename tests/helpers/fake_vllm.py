@@ -34,6 +34,7 @@ class FakeVllm:
     delay_s: float = 0.0
     requests: int = 0
     closed: int = 0  # streams the client closed before their end
+    sent_before_close: list[int] = field(default_factory=list)  # characters each closed stream had sent
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
     def app(self) -> web.Application:
@@ -99,11 +100,13 @@ class FakeVllm:
             return {"index": 0, "delta": piece, "logprobs": None, "finish_reason": finish_reason,
                     "stop_reason": None}  # fmt: skip
 
+        sent = 0
         try:
             await response.write(event([delta({"role": "assistant", "content": ""})]))
             for key, text in (("reasoning", reasoning or ""), ("content", content)):
                 for i in range(0, len(text), self.chunk):
                     await response.write(event([delta({key: text[i : i + self.chunk]})]))
+                    sent += len(text[i : i + self.chunk])
                     if self.delay_s:
                         await asyncio.sleep(self.delay_s)
             await response.write(event([delta({}, finish)]))
@@ -111,6 +114,7 @@ class FakeVllm:
             await response.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             self.closed += 1
+            self.sent_before_close.append(sent)
             raise
         return response
 

@@ -91,7 +91,9 @@ def test_the_guard_stops_a_vllm_stream_by_closing_it(tmp_path: Path) -> None:
     with serve(fake) as url:
         result = regen("run", str(_config(tmp_path, url, 1)), "--no-progress")
         assert result.returncode == 0, result.stderr
-        assert fake.closed == 2  # both attempts stopped by closing the stream
+        assert fake.closed == 2  # both attempts stopped by closing the stream ...
+    full = len("Let me see. " + LOOP * 2000)  # ... at once: ~8,000 repeated characters, not the whole reply
+    assert all(sent < 0.2 * full for sent in fake.sent_before_close), (fake.sent_before_close, full)
     [row] = read_rows(tmp_path / "run", "rejects")
     assert row["reason"] == "looping" and row["detail"].startswith("stopped as it streamed: reasoning loops")
 
