@@ -462,9 +462,12 @@ def _export_repaired(args: argparse.Namespace) -> int:
         _say(f"warning: partial export: regenerated rows missing from the damaged part {note}", logging.WARNING)
     print(f"wrote {r['rows']} rows to {args.out} in {len(r['files'])} files: {r['repaired']} repaired, ", end="")
     print(f"{r['rejected_kept'] + r['dropped']} rejected again ({args.on_reject}), {r['left']} as they were")
+    if r["repeats"]:
+        print(f"{r['repeats']} of the regenerated rows repeat an earlier row (input.dedupe): each copy as the first")
     print(
         f"not pasted (kept as they are): {r['changed']} changed since the run, {r['passes_now']} passing the audit "
-        f"now, {r['duplicate']} repeated ids; {r['unplaced']} regenerated rows have no row in the original"
+        f"now, {r['duplicate']} repeated ids with another conversation; {r['unplaced']} regenerated rows have no "
+        "row in the original"
     )
     if r["unchecked"]:
         print(f"{r['unchecked']} rows pasted unchecked: the run is older than regen's input_fingerprint")

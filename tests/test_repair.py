@@ -129,6 +129,23 @@ def test_rows_without_ids_match_by_the_readers_content_hash(tmp_path: Path) -> N
     assert report["repaired"] == 1
 
 
+def test_copies_of_a_rejected_conversation_share_its_fate_and_an_unchecked_repeated_id_is_kept(tmp_path: Path) -> None:
+    """A run without recorded fingerprints (older than the check): a content-hash id is the conversation itself, so
+    its copies share the first's fate (here rejected again and dropped); a repeated given id cannot be checked, so
+    its second row is kept as it is."""
+    original = tmp_path / "data.jsonl"
+    unanswered = {"messages": [Q, {"role": "assistant", "content": ""}]}
+    rows = [unanswered, {"id": "again", "messages": SHORT}, unanswered, {"id": "again", "messages": [Q]},
+            {"id": "missing", "messages": [Q]}]  # fmt: skip
+    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    hashed = content_id([Q, {"role": "assistant", "content": ""}])
+    run = _run(tmp_path, original, {"missing": [("why", "because")]}, [hashed, "again"])
+    report = export_repaired(run, original=None, out=tmp_path / "out", on_reject="drop")
+    assert [r.get("id") for r in _written(tmp_path / "out" / "data.jsonl")] == ["again", "missing"]
+    assert _written(tmp_path / "out" / "data.jsonl")[0] == rows[3]
+    assert (report["dropped"], report["repeats"], report["duplicate"], report["repaired"]) == (3, 1, 1, 1)
+
+
 def test_a_failed_export_leaves_the_previous_output_and_a_rerun_completes(tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()

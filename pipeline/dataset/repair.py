@@ -13,7 +13,11 @@ gzipped JSONL, a JSON array, Parquet), the same rows in the same order and the s
   (`reasoning_content`, `reasoning`, `thinking`; for Parquet, the one the message struct has), or inline `<think>`
   when the row (or, failing that, an earlier row of the file) keeps it inline, or nowhere else gives it a place;
 - a row the run rejected again is kept as it was (`on_reject = "keep"`) or left out (`"drop"`); either way it is
-  listed in `repair-rows.jsonl` with its reason, as is a row the audit fails that the run has not regenerated.
+  listed in `repair-rows.jsonl` with its reason, as is a row the audit fails that the run has not regenerated;
+- a row repeating an earlier row's id (a dataset run with `input.dedupe = true`: the run answered the first) gets
+  the same fate as the first when it holds the same conversation (the fingerprint the run recorded; a content-hash
+  id is the conversation itself), so every copy carries the new turns; counted in `repeats`. A repeated id with
+  another conversation is kept as it is (`duplicate`).
 
 Rows are matched to the run by the reader's ids (the run's own `[input]` from run.json: id field, or the content
 hash of the conversation with its system prompt). The export is atomic: every file is written hidden, renamed into
@@ -151,14 +155,17 @@ def _accepted(run_dir: Path) -> dict[str, _Generated]:
     return found
 
 
-def _rejected(run_dir: Path) -> dict[str, str]:
-    """id → reason of every rejected row."""
-    reasons: dict[str, str] = {}
+def _rejected(run_dir: Path) -> dict[str, tuple[str, str | None]]:
+    """id → (reason, input fingerprint or None) of every rejected row."""
+    found: dict[str, tuple[str, str | None]] = {}
     for part in readable_parts(run_dir / REJECTS):
-        table = pq.read_table(part, columns=["id", "reason"])
-        for row_id, reason in zip(table.column("id").to_pylist(), table.column("reason").to_pylist(), strict=True):
-            reasons.setdefault(row_id, reason or "")
-    return reasons
+        names = pq.ParquetFile(part).schema_arrow.names
+        table = pq.read_table(part, columns=[c for c in ("id", "reason", "input_fingerprint") if c in names])
+        marks = table.column("input_fingerprint").to_pylist() if "input_fingerprint" in names else [None] * len(table)
+        for row_id, reason, mark in zip(table.column("id").to_pylist(), table.column("reason").to_pylist(), marks,
+                                        strict=True):  # fmt: skip
+            found.setdefault(row_id, (reason or "", mark))
+    return found
 
 
 # ---------------------------------------------------------------- one row
@@ -171,7 +178,7 @@ class _Repair:
 
     cfg: Config
     accepted: dict[str, _Generated]
-    rejected: dict[str, str]
+    rejected: dict[str, tuple[str, str | None]]
     on_reject: str
     listing: _Listing | None = None
     counts: Counter[str] = field(default_factory=Counter)
@@ -191,20 +198,31 @@ class _Repair:
         reasons = verdict.reasons() or ["ok"]
         row_id = self._id(data)
         if row_id is not None and (row_id in self.accepted or row_id in self.rejected):
-            if row_id in self.placed:
-                self._list(row_id, source, "duplicate_id", "the original has this id more than once; kept as it is")
+            if row_id in self.placed and not self._repeat(data, row_id, verdict):
+                detail = "repeats an earlier row's id with another conversation; kept as it is"
+                self._list(row_id, source, "duplicate_id", detail)
                 return self._count("duplicate", reasons, data)
+            self.counts["repeats"] += row_id in self.placed
             self.placed.add(row_id)
         if row_id is not None and row_id in self.accepted:
             return self._paste(data, row_id, source, verdict, reasons)
-        if row_id in self.rejected:
-            self._list(row_id, source, self.rejected[row_id], "regenerated but rejected again")
+        if row_id is not None and row_id in self.rejected:
+            self._list(row_id, source, self.rejected[row_id][0], "regenerated but rejected again")
             if self.on_reject == "drop":
                 return self._count("dropped", reasons, None)
             return self._count("rejected_kept", reasons, data)
         if verdict.failing:
             self._list(row_id, source, reasons[0], "fails the audit and was not regenerated")
         return self._count("left", reasons, data)
+
+    def _repeat(self, data: dict[str, Any], row_id: str, verdict: RowAudit) -> bool:
+        """Whether a row repeating a regenerated row's id holds the conversation the run answered for it (the
+        first copy's), and so takes the same fate. Without a recorded fingerprint, only a content-hash id says so."""
+        recorded = self.accepted[row_id].fingerprint if row_id in self.accepted else self.rejected[row_id][1]
+        if recorded is None:
+            return self._given(data) is None
+        mismatch = self._mismatch(data, recorded, verdict)  # passes_now: counted so by _paste, as for the first
+        return mismatch is None or (mismatch == "passes_now" and row_id in self.accepted)
 
     def _paste(self, data: dict[str, Any], row_id: str, source: str, verdict: RowAudit, reasons: list[str]) -> Any:
         """The row with the run's turns, unless it no longer holds the conversation the run answered."""
@@ -267,7 +285,7 @@ class _Repair:
         if not isinstance(data, dict):
             return None
         try:
-            given = given_id(data, self.cfg.input.id_field, json_row=self.json_rows)
+            given = self._given(data)
         except IdProblem:
             return None
         if given is not None:
@@ -278,6 +296,9 @@ class _Repair:
         except conversation.ConversationError:
             return None
         return None if messages is None else content_id(conversation.hashed(messages, tools))
+
+    def _given(self, data: dict[str, Any]) -> str | None:
+        return given_id(data, self.cfg.input.id_field, json_row=self.json_rows)
 
     def _messages(self, data: dict[str, Any]) -> tuple[conversation.Message, ...] | None:
         """The row's messages as the reader sends them (system prompt first), or None if it has none."""
@@ -330,6 +351,7 @@ class _Repair:
             "rejected_kept": c["rejected_kept"],
             "dropped": c["dropped"],
             "left": c["left"],
+            "repeats": c["repeats"],
             **{k: c[k] for k in (*_NOT_PASTED, "unplaced", "unchecked")},
             "by_reason": {reason: dict(fates) for reason, fates in sorted(self.by_reason.items())},
             "listed": ROWS,
@@ -344,7 +366,7 @@ _FATES = (
     ("dropped", "regenerated, rejected again, left out"),
     ("changed", "regenerated, but the row changed since the run: kept as it is"),
     ("passes_now", "regenerated, but the row passes the audit now (fixed since the run): kept as it is"),
-    ("duplicate", "a repeated id: kept as it is"),
+    ("duplicate", "a repeated id with another conversation: kept as it is"),
     ("left", "left as it was"),
 )
 _NOT_PASTED = ("changed", "passes_now", "duplicate")
@@ -371,6 +393,7 @@ def _card(run_dir: Path, report: dict[str, Any], kinds: set[str]) -> str:
         ("regenerated", c["regenerated"]),
         *((label, c[fate]) for fate, label in _FATES),
         ("regenerated, but no original row has its id (not written)", c["unplaced"]),
+        ("of the regenerated, repeats of an earlier row (the same conversation: the same fate)", c["repeats"]),
     ]
     by_reason = [
         (f"`{reason}`", sum(f.values()), sum(f.get(k, 0) for k in _REGENERATED),

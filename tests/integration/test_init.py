@@ -63,6 +63,13 @@ def test_init_suggests_dedupe_and_counts_repeats_as_the_run_does(tmp_path: Path,
     run = regen("run", str(tmp_path / "regen.toml"), "--output", str(tmp_path / "run"), "--no-progress")
     assert run.returncode == 0, run.stderr
     assert "265 prompts finished" in run.stderr  # 300 rows less the 35 repeats
+    # and the repaired dataset gives every copy its conversation's new turns: nothing fails the audit any more
+    out = tmp_path / "repaired"
+    exported = regen("export", str(tmp_path / "run"), "--format", "repaired", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert "300 rows" in exported.stdout and "35 of the regenerated rows repeat an earlier row" in exported.stdout
+    audit = regen("audit", str(out / "glaive_toolcall_en_demo.json"))
+    assert audit.returncode == 0 and "failing: 0 rows (0.0%)" in audit.stdout, audit.stdout
     plain = _init(tmp_path / "b", "fastchat_dummy_conversation.json", server.url).read_text()
     assert "select = " not in plain and "store no reasoning at all" in plain  # nothing to repair: add reasoning
 

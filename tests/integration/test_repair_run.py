@@ -236,3 +236,48 @@ def test_from_first_bad_turn_generates_only_the_failing_turn_and_those_after_it(
     assert orjson.dumps(new[:3]) == orjson.dumps(rows[0]["messages"][:3])  # turn 1 (and its question) as given
     assert [m["content"] for m in new[3::2]] == [t["answer"] for t in shard[0]["turns"]]
     assert regen("audit", str(out / "data.jsonl")).returncode == 0
+
+
+def _chat(question: str, answer: str, reasoning: str = "") -> list[dict[str, str]]:
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": answer, "reasoning_content": reasoning},
+    ]
+
+
+def test_every_copy_of_a_repeated_conversation_gets_the_regenerated_turns(tmp_path: Path, sim) -> None:
+    broken = [{"messages": _chat(f"Question {i}?", "")} for i in range(6)]  # no ids: a content hash each
+    rows = [
+        *broken,
+        {"messages": _chat("Fine?", "Yes.", "I think so."), "n": 1},  # passes the audit: untouched
+        *broken[:3],  # exact copies: the same conversations
+        {"id": "x", "messages": _chat("What is 2 + 2?", "")},
+        {"id": "x", "messages": _chat("Another question under the same id?", "")},  # another conversation
+        {"id": "y", "messages": _chat("Same id, same question?", ""), "tag": "first"},
+        {"id": "y", "messages": _chat("Same id, same question?", ""), "tag": "second"},  # the same conversation
+    ]
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    server: SimProcess = sim(*SIM)
+    cfg = _config(tmp_path, data, server.url, select="invalid")
+    cfg.write_text(cfg.read_text().replace("[output]", "dedupe = true\n[output]"))
+    done = regen("run", str(cfg), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert len(committed_ids(tmp_path / "run", "shards")) == 8  # 6 + x + y: each conversation answered once
+    out = tmp_path / "repaired"
+    exported = regen("export", str(tmp_path / "run"), "--format", "repaired", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert "4 of the regenerated rows repeat an earlier row (input.dedupe): each copy as the first" in exported.stdout
+    report = json.loads((out / "repair-report.json").read_text())
+    assert (report["repaired"], report["repeats"], report["duplicate"], report["left"]) == (12, 4, 1, 1)
+    before, after = data.read_bytes().splitlines(), (out / data.name).read_bytes().splitlines()
+    new = [orjson.loads(line) for line in after]
+    assert after[6] == before[6] and after[11] == before[11]  # passing row, and x's other conversation: the bytes
+    assert [after[i] for i in (7, 8, 9)] == [after[i] for i in (0, 1, 2)] != [before[i] for i in (0, 1, 2)]
+    assert new[13]["messages"][1] == new[12]["messages"][1] and new[13]["tag"] == "second"  # y: each its own row
+    assert new[12]["messages"][1]["reasoning_content"]
+    listed = [orjson.loads(line) for line in (out / "repair-rows.jsonl").read_bytes().splitlines()]
+    assert [(e["id"], e["reason"]) for e in listed] == [("x", "duplicate_id")]
+    audit = json.loads(regen("audit", str(out / data.name), "--json").stdout)
+    assert audit["failing_rows"] == 1  # only x's other conversation, which the run never saw
+    assert "repeats of an earlier row (the same conversation: the same fate) | 4" in (out / "README.md").read_text()
