@@ -191,6 +191,7 @@ def _body(summary: dict[str, Any], manifest: dict[str, Any], stats: dict[str, An
         _server_section(manifest),
         _counts_section(stats),
         _lengths_section(stats),
+        _tokens_note(summary),
         _spec_note(stats.get("spec_accept_length")),
         _repetition_note(stats.get("repetition")),
         _reproduce_section(manifest),
@@ -331,6 +332,18 @@ def _lengths_section(stats: dict[str, Any]) -> str:
             rows.append((name, *(_num(v) for v in pct.values())))
     header = ("tokens (accepted rows)", "mean", *(f"p{p}" for p in PERCENTILES), "max")
     return "## Lengths\n\n" + _table(header, rows)
+
+
+def _tokens_note(summary: dict[str, Any]) -> str:
+    """What a row's token columns count: its last generated turn, not the whole conversation (issue 38)."""
+    text = (
+        "The token counts (this table and the `prompt_tokens`, `completion_tokens`, `reasoning_tokens` and "
+        "`finish_reason` columns) describe a row's last generated turn: a multi-turn conversation's earlier turns "
+        "are not counted in them"
+    )
+    if summary.get("expand_turns"):
+        return text + "; in these files each row is one turn, with that turn's own counts.\n"
+    return text + " (`--expand-turns` gives every turn its own row and counts).\n"
 
 
 def _spec_note(spec: dict[str, Any] | None) -> str:

@@ -97,6 +97,8 @@ class Reservoir:
         sample = self.sample()
         if not sample.size:
             return {"edges": [], "counts": []}
-        counts, edges = np.histogram(sample, bins=bins)
+        # Lengths start at 0: the bins span 0..max (0..1 when every length is 0, where numpy's default of
+        # min-0.5..max+0.5 would draw a negative length).
+        counts, edges = np.histogram(sample, bins=bins, range=(0, float(sample.max()) or 1.0))
         scale = self.seen / sample.size  # a sampled histogram, scaled back to the number of turns
         return {"edges": edges.tolist(), "counts": (counts * scale).round().tolist()}

@@ -111,14 +111,15 @@ class Style:
     tools: bool = False  # the run has tool conversations: messages carry tool_calls / tool_call_id
 
     def chat(self, message: Message) -> Row:
-        """`{role, content}` plus `reasoning_content` (null except on assistant turns) in `field` mode, and with
-        `tools` the turn's `tool_calls` and `tool_call_id` (null where it has none)."""
+        """`{role, content}` plus, in `field` mode, an assistant turn's `reasoning_content` (null when unknown; other
+        roles have no such key in JSONL, a null in Parquet's struct), and with `tools` the turn's `tool_calls` and
+        `tool_call_id` (null where it has none)."""
         content = message.content
         if self.reasoning == "inline" and message.generated:
             content = think_block(message.reasoning, content, self.think_open, self.think_close)
         out: Row = {"role": message.role, "content": content}
-        if self.reasoning == "field":
-            out["reasoning_content"] = message.reasoning if message.role == "assistant" else None
+        if self.reasoning == "field" and message.role == "assistant":
+            out["reasoning_content"] = message.reasoning
         if self.tools:
             extras = message.extras or {}
             out["tool_calls"] = [_call(c) for c in message.calls] or None
@@ -135,7 +136,7 @@ class Style:
             calls = [{"name": c["function"]["name"], "arguments": _arguments(c)} for c in message.calls]
             role, value = "function_call", json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
         out: Row = {"from": role, "value": value}
-        if self.reasoning == "field":
+        if "reasoning_content" in chat:
             out["reasoning_content"] = chat["reasoning_content"]
         return out
 

@@ -180,8 +180,9 @@ class Runner:
             del hashes
             self.metrics.total, self.metrics.already_done = total, total - pending
             log.info(
-                "run %s: worker %d of %d owns %d prompts, %d already done, %d to do",
+                "run %s: worker %d of %d owns %d prompts, %d already done, %d to do%s",
                 self.run_dir, self.opt.worker_index, self.opt.num_workers, total, total - pending, pending,
+                "" if self.opt.limit is None else f"; {min(self.opt.limit, pending)} now (--limit {self.opt.limit})",
                 extra={"event": "start", "total": total, "pending": pending, "worker": self.opt.worker_index},
             )  # fmt: skip
             if pending == 0:

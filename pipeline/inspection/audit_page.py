@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .report import _CSS, _e, _fmt, _histogram, _png
+from .report import _CSS, _e, _fmt, _histogram, _png, write_page
 
 _KEYS = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
 
@@ -37,7 +37,7 @@ def write_audit_html(report: dict[str, Any], path: Path) -> None:
         '<!doctype html><html><head><meta charset="utf-8"><title>regen audit</title>'
         f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
     )
-    Path(path).write_text(page, encoding="utf-8")
+    write_page(Path(path), page)
 
 
 def _summary(r: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import OutputError
 from .textview import SPEC_NONE, SPEC_UNIT, elide, simulated_lines
 
 if TYPE_CHECKING:
@@ -53,7 +54,18 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         '<!doctype html><html><head><meta charset="utf-8"><title>regen inspect</title>'
         f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
     )
-    Path(path).write_text(page, encoding="utf-8")
+    write_page(Path(path), page)
+
+
+def write_page(path: Path, page: str) -> None:
+    """Write an HTML page, creating its folder; OutputError naming the path when it cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except (FileExistsError, NotADirectoryError):
+        raise OutputError(f"{path}: cannot write the HTML report: a file stands where its folder would be") from None
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write the HTML report: {exc.strerror or exc}") from None
 
 
 def _e(value: Any) -> str:
@@ -64,8 +76,8 @@ def _summary(r: dict[str, Any]) -> str:
     items = [
         f"<li>{r['rows']:,} rows in {r['files']} files: {r['accepted']:,} accepted, {r['rejected']:,} rejected "
         f"({r['reject_rate']:.1%})</li>",
-        "<li>rejected by reason: " + _e(", ".join(f"{k} {v:,}" for k, v in r["rejected_by_reason"].items())),
-        "<li>finish reasons: " + _e(", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items())) + "</li>",
+        f"<li>rejected by reason: {_e(_counts(r['rejected_by_reason']))}</li>",
+        f"<li>finish reasons: {_e(_counts(r['finish_reasons']))}</li>",
         f"<li>empty answers: {r['empty_answers']['rows']:,}; short answers (&lt; "
         f"{r['short_answers']['threshold_bytes']} bytes): {r['short_answers']['rows']:,}; looping: "
         f"{r['repetition']['rows']:,} (checked {r['repetition']['checked']:,} of {r['repetition']['of']:,} rows); "
@@ -80,6 +92,11 @@ def _summary(r: dict[str, Any]) -> str:
     if active:
         items.append(f"<li>filters: {_e(active)}</li>")
     return "<ul>" + "".join(items) + "</ul>"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """`reason n, ...`, or "none" for no rows (a label with nothing after it reads as a broken page)."""
+    return ", ".join(f"{k} {v:,}" for k, v in counts.items()) or "none"
 
 
 def _percentiles(r: dict[str, Any]) -> str:

@@ -17,8 +17,9 @@ from .frame import Frame
 from .scan import SHARED_MIN_PROMPTS
 
 PERCENTILES = (1, 10, 50, 90, 99)
-SHORT_MAX_BYTES = 32  # an answer is suspiciously short under min(this, SHORT_MEDIAN_SHARE x median)
-SHORT_MEDIAN_SHARE = 0.1
+# An answer is suspiciously short under this many bytes: a fixed line (not one drawn from the run's own median,
+# which moved between runs and fell to 1 byte when most answers were empty), so two reports compare.
+SHORT_BYTES = 20
 FLAG_MIN_RATE = 0.05
 FLAG_MARGIN = 0.02
 FLAG_MIN_ROWS = 10
@@ -33,8 +34,7 @@ class Derived:
         self.frame = frame
         accepted = ~frame.rejected
         self.accepted = accepted
-        median = float(np.median(frame.answer_bytes[accepted])) if accepted.any() else 0.0
-        self.short_threshold = max(1, int(min(SHORT_MAX_BYTES, SHORT_MEDIAN_SHARE * median)))
+        self.short_threshold = SHORT_BYTES
         self.empty = frame.answer_bytes == 0
         self.short = (frame.answer_bytes > 0) & (frame.answer_bytes < self.short_threshold)
         self.shared, self.shared_top = _shared(frame, accepted)

@@ -188,7 +188,7 @@ def _inspect_head(r: dict[str, Any]) -> str:
     lines += simulated_lines(r)
     lines += [f"DAMAGED: {d} (skipped)" for d in r["damaged"]]
     lines += [f"    {k:<22} {v:>10,}" for k, v in r["rejected_by_reason"].items()]
-    lines.append("finish reasons: " + ", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items()))
+    lines.append("finish reasons: " + (", ".join(f"{k} {v:,}" for k, v in r["finish_reasons"].items()) or "none"))
     return "\n".join(lines)
 
 
