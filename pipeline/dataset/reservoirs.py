@@ -93,7 +93,7 @@ class Reservoir:
         out.update(mean=self.total / self.seen, max=self.max)
         return out
 
-    def histogram(self, bins: int = 40) -> dict[str, list[float]]:
+    def histogram(self, bins: int = 40) -> dict[str, list[Any]]:
         sample = self.sample()
         if not sample.size:
             return {"edges": [], "counts": []}
@@ -101,4 +101,4 @@ class Reservoir:
         # min-0.5..max+0.5 would draw a negative length).
         counts, edges = np.histogram(sample, bins=bins, range=(0, float(sample.max()) or 1.0))
         scale = self.seen / sample.size  # a sampled histogram, scaled back to the number of turns
-        return {"edges": edges.tolist(), "counts": (counts * scale).round().tolist()}
+        return {"edges": edges.tolist(), "counts": (counts * scale).round().astype(int).tolist()}  # whole turns

@@ -63,6 +63,7 @@ def test_audit_html_into_a_missing_folder_and_a_histogram_of_zeros_from_0(tmp_pa
     assert result.returncode == 1 and page.exists(), result.stderr
     for name, hist in json.loads(result.stdout)["histograms"].items():
         assert hist["edges"][0] == 0 and hist["edges"][-1] == 1, name  # not -0.5 .. 0.5
+        assert all(type(n) is int for n in hist["counts"]) and sum(hist["counts"]) > 0, name  # whole turns
 
 
 def test_chat_jsonl_puts_reasoning_on_assistant_turns_only_and_the_card_says_what_tokens_count(
