@@ -134,7 +134,10 @@ def _found(shape: Shape) -> str:
     bits.append(f"ids in `{shape.id_field}`" if shape.id_field else "no id field (ids: a hash of each conversation)")
     bits.append(f"body fields: {', '.join(sorted(shape.body_fields))}" if shape.body_fields else "")
     failing = ", ".join(f"{r} {n}" for r, n in shape.by_reason.most_common(4))
-    bits.append(f"{shape.failing_rows} rows with assistant turns the audit fails ({failing})" if failing else "")
+    if not shape.answered_rows and shape.format != "openai-batch":
+        bits.append("no stored assistant turns (prompts only)")
+    elif failing:
+        bits.append(f"{shape.failing_rows} rows with assistant turns the audit fails ({failing})")
     return "; ".join(b for b in bits if b)
 
 
@@ -188,9 +191,10 @@ def _conversation_keys(shape: Shape) -> list[str]:
 
 def _selection(shape: Shape) -> list[str]:
     """`select = "invalid"` where it narrows the run: some rows' stored turns fail the audit and some pass. When
-    every readable row fails, every row is regenerated (a comment says why), whatever the reasons."""
+    every readable row fails, every row is regenerated (a comment says why), whatever the reasons; a dataset of
+    prompts (no row stores an answer) has nothing to select by."""
     failing = ", ".join(f"{r} {n}" for r, n in shape.by_reason.most_common(4))
-    if not shape.failing_rows:
+    if not shape.failing_rows or not shape.answered_rows:  # nothing stored to judge: a prompt dataset
         return []
     if shape.failing_rows < shape.readable:
         count = f"{shape.failing_rows} of {shape.readable}: {failing}"

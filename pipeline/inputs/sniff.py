@@ -49,6 +49,7 @@ class Shape:
     ids: Counter[str] = field(default_factory=Counter)  # the id a run gives each row -> rows
     id_field: str | None = None
     failing_rows: int = 0  # rows whose stored assistant turns fail the audit
+    answered_rows: int = 0  # rows that store at least one assistant turn (not only prompts)
     unreadable: Counter[str] = field(default_factory=Counter)  # why a run refuses a row (bad_input) -> rows
     body_fields: Counter[str] = field(default_factory=Counter)  # openai-batch: body keys besides messages -> rows
     by_reason: Counter[str] = field(default_factory=Counter)  # failing turns' reason codes -> rows
@@ -105,6 +106,7 @@ def sniff(path: str, rows: int = SNIFF_ROWS, *, thinking: bool = True) -> Shape:
             continue  # a request stores no answer to judge
         _tally_row(shape, row)
         verdict = audit_row(row, opts)
+        shape.answered_rows += any(not turn.missing for turn, _ in verdict.turns)
         if verdict.failing and not verdict.bad:
             shape.failing_rows += 1
             shape.by_reason.update(verdict.reasons())

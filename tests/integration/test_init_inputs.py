@@ -119,6 +119,7 @@ SELECTIONS = {
         "# Every row's stored turns fail the audit (answer_in_reasoning 10)",
     ),
     "no-reasoning": ([_row(i, "Fine.", reasoning="") for i in range(10)], "store no reasoning at all"),
+    "prompts-only": ([{"id": f"r{i}", "prompt": f"Question {i}?"} for i in range(10)], "(prompts only)"),
     "some-without-reasoning": (
         [_row(i, "Fine.", reasoning="" if i < 3 else "Hm.") for i in range(10)],
         'select = "invalid"',
@@ -133,6 +134,7 @@ def test_init_selects_the_failing_rows_exactly_where_that_narrows_the_run(tmp_pa
     assert result.returncode == 0, result.stderr
     assert said in result.stdout
     assert ('select = "invalid"' in result.stdout) == (said == 'select = "invalid"')
+    assert ("# Every row's stored turns fail" in result.stdout) == (kind == "all-broken")
 
 
 def test_init_on_the_repositorys_broken_sample_regenerates_every_readable_row(tmp_path: Path) -> None:
