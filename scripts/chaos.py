@@ -53,6 +53,7 @@ import orjson
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
+HANG_REQUEST_TIMEOUT_S = 900  # with --hang: a run that waited request_timeout_s for a hang would take this long
 CONCURRENCY = 32
 SIM_FLAGS = ["--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "400"]
 _JOURNAL = re.compile(r"^worker-(\d+)\.(\d+)\.jsonl$")
@@ -98,7 +99,7 @@ def write_inputs(
         f"row_group_rows = 16\nsync_interval_s = {sync_s}\n"
         '[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 2048\n'
         "[client]\nbackoff_base_s = 0.01\nbackoff_max_s = 0.1\ndrain_timeout_s = 5\n"
-        + ("request_timeout_s = 120\nhang_floor_s = 1\n" if hang else "")
+        + (f"request_timeout_s = {HANG_REQUEST_TIMEOUT_S}\nhang_floor_s = 1\n" if hang else "")
         + f'[[endpoints]]\nurl = "{url}"\nconcurrency = {CONCURRENCY}\n'
     )
     return cfg

@@ -45,12 +45,12 @@ def test_short_chaos_keeps_every_id_exactly_once() -> None:
 def test_chaos_with_damaged_parts_and_hung_requests_converges() -> None:
     """Issue 20: truncated committed parts between rounds are set aside and their rows regenerated; requests the
     simulator holds forever are given up at their learned deadline, so the final run does not wait request_timeout_s
-    (120 s in this config) for them."""
+    (900 s in this config, past the test's own time limit: no wall-clock bound of a loaded machine decides it)."""
     args = ("--prompts", "300", "--kills", "4", "--max-workers", "2", "--damage", "2", "--hang", "0.02")
     report = _chaos(*args, "--decode-rate", "20000", timeout=300)
     _assert_invariant(report)
     assert report["damaged_parts"] == report["set_aside"] >= 1
-    assert report["hangs"] >= 1 and report["final_s"] < 60
+    assert report["hangs"] >= 1 and report["final_s"] < 300  # (a hang waited out would take 900 s)
 
 
 def test_chaos_in_a_bucket_keeps_every_id_exactly_once() -> None:
