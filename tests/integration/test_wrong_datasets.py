@@ -94,26 +94,28 @@ def test_repaired_export_pastes_only_where_the_row_still_asks_what_was_answered(
     edited[1] = _empty_answer("r1", "Question 1, edited after the run?")  # the question changed
     edited[2] = _good("r2", "Question 2?")  # fixed by hand after the run
     del edited[3]  # deleted from the original
-    edited.insert(5, _empty_answer("r4", "Question 4?"))  # r4 twice
+    edited.insert(5, _empty_answer("r4", "Question 4?"))  # r4 twice, the same conversation: both repaired
+    edited.insert(7, _empty_answer("r6", "Another question under r6's id?"))  # r6 twice, another conversation
     original = tmp_path / "edited" / f"data{suffix}"
     original.parent.mkdir()
     _write(original, edited)
     out = tmp_path / "repaired"
     report, listed, stdout = _export(run, original, out)
 
-    assert report["rows"] == 11 and report["repaired"] == 7
+    assert report["rows"] == 12 and report["repaired"] == 8 and report["repeats"] == 1
     assert (report["changed"], report["passes_now"], report["duplicate"], report["unplaced"]) == (1, 1, 1, 1)
     assert listed["r1"]["reason"] == "conversation_changed"
     assert listed["r2"]["reason"] == "passes_now"
     assert listed["r3"]["reason"] == "no_row"
-    assert listed["r4"]["reason"] == "duplicate_id"
-    assert "7 repaired" in stdout and "1 changed since the run" in stdout and "1 repeated ids" in stdout
+    assert listed["r6"]["reason"] == "duplicate_id" and "r4" not in listed
+    assert "8 repaired" in stdout and "1 changed since the run" in stdout
+    assert "1 repeated ids with another conversation" in stdout
     written = _read(out / original.name)
     assert [r["id"] for r in written] == [r["id"] for r in edited]
     assert written[1] == _read(original)[1] and written[2] == _read(original)[2]  # kept exactly as they are
-    assert written[5] == _read(original)[5]  # the second r4: kept as it is
-    assert written[4]["messages"][-1]["content"]  # the first r4: repaired
-    assert all(written[i]["messages"][-1]["content"] for i in (0, 3, 4, 6, 7, 8, 9))
+    assert written[7] == _read(original)[7]  # the second r6, another conversation: kept as it is
+    assert written[5] == written[3] and written[3]["messages"][-1]["content"]  # both r4: repaired alike
+    assert all(written[i]["messages"][-1]["content"] for i in (0, 3, 4, 5, 6, 8, 9, 10))
 
 
 def test_repaired_export_over_another_dataset_with_the_same_ids_pastes_nothing(tmp_path: Path, sim) -> None:
