@@ -74,9 +74,15 @@ class Loop:
         """One line for a reject's detail: where, the period, how far, and a bounded excerpt of the unit."""
         cut = "..." if len(self.unit) < self.period else ""
         return (
-            f"{where} loops from char {self.start:,}: a {self.period:,}-char unit repeated {self.copies:.1f} times "
+            f"{where} loops from char {self.start:,}: a {self.period:,}-char unit repeated {_count(self.copies)} times "
             f"(to char {self.end:,}); unit: {self.unit!r}{cut}"
         )
+
+
+def _count(copies: float) -> str:
+    """How many copies, as a person reads it: "5,588" for a whole number, "9.5" otherwise."""
+    text = f"{copies:,.1f}"
+    return text.removesuffix(".0")
 
 
 def repeat_needed(unit: str, least: int = MIN_REPEAT) -> int:

@@ -212,7 +212,7 @@ def test_the_detail_is_bounded() -> None:
     loop = find_loop("intro. " + unit * 3)
     assert loop is not None and loop.period == len(unit)
     detail = loop.describe("reasoning")
-    assert len(detail) < 400 and detail.startswith("reasoning loops from char 5: a 3,790-char unit repeated 3.0")
+    assert len(detail) < 400 and detail.startswith("reasoning loops from char 5: a 3,790-char unit repeated 3 times")
 
 
 def test_the_guard_holds_a_bounded_tail() -> None:
@@ -289,3 +289,10 @@ def test_the_bounded_tail_loop_decides_as_the_unbounded_one_on_every_tail() -> N
     for i, text in enumerate(_synthetic()[::7]):
         for n in sorted({*range(KEY + MIN_REPEAT, len(text) + 1, 97), len(text)}):
             assert tail_loop(text[:n], 5) == _tail_loop_unbounded(text[:n], 5), (i, n)
+
+
+def test_the_detail_counts_copies_as_a_person_reads_them() -> None:
+    whole = find_loop("intro. " + "ab" * 5588)
+    assert whole is not None and "a 2-char unit repeated 5,588 times" in whole.describe("answer")
+    part = find_loop("intro. " + "alpha beta gamma; " * 100 + "alpha beta")  # an 18-char unit, 100 and 10/18
+    assert part is not None and "repeated 100.6 times" in part.describe("answer")

@@ -103,7 +103,7 @@ def test_a_kept_repetition_is_measured() -> None:
 def test_looping_detail_says_where_and_is_bounded() -> None:
     verdict = validate(comp("Start:\n" + LOOP * 300, "16"), ANY)
     assert verdict.reason == "looping"
-    assert verdict.detail.startswith(f"reasoning loops from char 7: a {len(LOOP)}-char unit repeated 300.0 times")
+    assert verdict.detail.startswith(f"reasoning loops from char 7: a {len(LOOP)}-char unit repeated 300 times")
     assert len(verdict.detail) < 400
     truncated = validate(comp("Start:\n" + LOOP * 300, "", "length"), CFG)
     assert truncated.detail.endswith(verdict.detail) and truncated.detail.startswith("finish_reason=length")
