@@ -39,11 +39,17 @@ class FakeVllm:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/health", lambda _: web.Response(status=200))
-        app.router.add_get("/version", lambda _: web.json_response({"version": "0.32.0"}))
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/version", self._version)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         return app
+
+    async def _health(self, _: web.Request) -> web.Response:  # (handlers are coroutines: newer aiohttp insists)
+        return web.Response(status=200)
+
+    async def _version(self, _: web.Request) -> web.Response:
+        return web.json_response({"version": "0.32.0"})
 
     async def _models(self, _: web.Request) -> web.Response:
         card = {"id": MODEL, "object": "model", "created": 0, "owned_by": "vllm", "root": "/models/tiny",
