@@ -218,3 +218,28 @@ def test_from_first_bad_turn_puts_the_new_turns_after_the_kept_ones(tmp_path: Pa
     assert report["repaired"] == 1 and out[:3] == messages[:3]
     assert [(m.get("reasoning_content"), m["content"]) for m in out[3::2]] == new
     assert len(out) == 8
+
+
+def test_the_runs_turns_are_read_on_demand_one_row_group_at_a_time(tmp_path: Path) -> None:
+    """Issue 40: the repaired export no longer holds every accepted turn. The index knows each id's place from the
+    id column alone; walked in the run's order, each row group is read once, and what is read equals the rows."""
+    import pyarrow.parquet as pq
+
+    from pipeline.dataset import repair as repair_module
+    from pipeline.schema import shard_schema, to_table
+    from pipeline.store import synthetic
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    ids = [f"r{i:05d}" for i in range(3000)]
+    for part in range(3):  # 3 parts of 1,000 rows in row groups of 100
+        rows = [synthetic.accepted(i, 64) for i in ids[part * 1000 : (part + 1) * 1000]]
+        pq.write_table(to_table(rows, shard_schema()), shards / f"part-{part}.parquet", row_group_size=100)
+    pq.write_table(to_table([synthetic.accepted("r00005", 64)], shard_schema()), shards / "part-9.parquet")  # a copy
+    accepted = repair_module._accepted(tmp_path)
+    assert len(accepted) == 3000 and set(accepted.keys()) == set(ids) and "nope" not in accepted
+    for row_id in ids:
+        generated = accepted[row_id]
+        assert generated.turns == [("x" * 56, f"answer {row_id}")]  # the row's own turn, first copy of an id
+    assert accepted.group_reads == 30  # each of the 30 row groups read once
+    assert accepted._cached <= accepted.CACHED_ROWS

@@ -22,15 +22,15 @@ gzipped JSONL, a JSON array, Parquet), the same rows in the same order and the s
 Rows are matched to the run by the reader's ids (the run's own `[input]` from run.json: id field, or the content
 hash of the conversation with its system prompt). The export is atomic: every file is written hidden, renamed into
 place once all are complete, and `repair-report.json` (the counts by reason) is written last, so a crash leaves the
-previous output or none, and a rerun writes it whole. The run's accepted turns are held in memory while the files
-are written: a repair run is the broken share of a dataset, not the dataset.
+previous output or none, and a rerun writes it whole. The run's accepted turns are read on demand (`_Accepted`): an
+index of ids, and the row groups the original's rows ask for, so memory does not grow with the run's texts.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, KeysView, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +60,7 @@ from .card import (
     simulated_note,
 )
 from .redact import Hosts
-from .rewrite import BATCH_ROWS, rewrite
+from .rewrite import rewrite
 
 ON_REJECT = ("keep", "drop")
 REPORT = "repair-report.json"
@@ -140,19 +140,70 @@ class _Generated:
     fingerprint: str | None
 
 
-def _accepted(run_dir: Path) -> dict[str, _Generated]:
+def _accepted(run_dir: Path) -> _Accepted:
     """id → what the run generated, from the committed shards (first copy of an id wins)."""
-    found: dict[str, _Generated] = {}
-    for part in readable_parts(run_dir / SHARDS):
-        pf = pq.ParquetFile(part)
-        names = ("id", "turns", "reasoning", "answer", "input_fingerprint")
-        columns = [c for c in names if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-            for row in batch.to_pylist():
-                entries = row.get("turns") or [{"reasoning": row.get("reasoning"), "answer": row.get("answer")}]
-                turns = [(t.get("reasoning"), t.get("answer") or "") for t in entries]
-                found.setdefault(row["id"], _Generated(turns, row.get("input_fingerprint")))
-    return found
+    return _Accepted([Path(p) for p in readable_parts(run_dir / SHARDS)])
+
+
+class _Accepted(Mapping[str, _Generated]):
+    """What the run generated for each id, read on demand: the index holds where each id's row is (part, row group,
+    row: one int) from the `id` column alone, and a row's turns are read with its whole row group, the most recent
+    groups kept up to `CACHED_ROWS` rows (a merged part's groups may be large). The original is walked in its
+    order, the order the reader sent the rows in, so the row groups it asks for come nearly in order (each worker's
+    parts in turn) and are read about once. Memory: the ids, not the texts (issue 40: the seed's repair held every
+    accepted turn, 7.6 GB at 902K rows)."""
+
+    CACHED_ROWS = 16384  # ~32 row groups of a run's parts (output.row_group_rows = 512)
+
+    def __init__(self, parts: list[Path]):
+        self._parts = parts
+        self._where: dict[str, int] = {}
+        for pi, part in enumerate(parts):
+            pf = pq.ParquetFile(part)
+            for group in range(pf.num_row_groups):
+                ids = pf.read_row_group(group, columns=["id"]).column("id").to_pylist()
+                base = (pi << 40) | (group << 20)
+                for offset, row_id in enumerate(ids):
+                    self._where.setdefault(row_id, base | offset)
+        self._groups: OrderedDict[tuple[int, int], list[_Generated]] = OrderedDict()
+        self._cached = 0  # rows in self._groups
+        self.group_reads = 0  # row groups read for their turns (a walk in the run's order: each about once)
+
+    def __getitem__(self, row_id: str) -> _Generated:
+        at = self._where[row_id]
+        return self._group(at >> 40, (at >> 20) & 0xFFFFF)[at & 0xFFFFF]
+
+    def __contains__(self, row_id: object) -> bool:
+        return row_id in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def keys(self) -> KeysView[str]:
+        return self._where.keys()
+
+    def _group(self, part: int, group: int) -> list[_Generated]:
+        key = (part, group)
+        if key in self._groups:
+            self._groups.move_to_end(key)
+            return self._groups[key]
+        self.group_reads += 1
+        pf = pq.ParquetFile(self._parts[part])
+        names = ("turns", "reasoning", "answer", "input_fingerprint")
+        rows = pf.read_row_group(group, columns=[c for c in names if c in pf.schema_arrow.names]).to_pylist()
+        generated = []
+        for row in rows:
+            entries = row.get("turns") or [{"reasoning": row.get("reasoning"), "answer": row.get("answer")}]
+            turns = [(t.get("reasoning"), t.get("answer") or "") for t in entries]
+            generated.append(_Generated(turns, row.get("input_fingerprint")))
+        self._groups[key] = generated
+        self._cached += len(generated)
+        while self._cached > self.CACHED_ROWS and len(self._groups) > 1:
+            self._cached -= len(self._groups.popitem(last=False)[1])
+        return generated
 
 
 def _rejected(run_dir: Path) -> dict[str, tuple[str, str | None]]:
@@ -177,7 +228,7 @@ class _Repair:
     bytes."""
 
     cfg: Config
-    accepted: dict[str, _Generated]
+    accepted: Mapping[str, _Generated]
     rejected: dict[str, tuple[str, str | None]]
     on_reject: str
     listing: _Listing | None = None
