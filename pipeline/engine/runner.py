@@ -9,6 +9,7 @@ Interrupted (exit 130): rerunning the same command resumes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from ..endpoints.pool import Pool
 from ..endpoints.server_view import ServerWatch
 from ..endpoints.state import DRAINING, EndpointState
 from ..endpoints.transport import proxy_for, shown
-from ..errors import ConfigError, Interrupted, RegenError
+from ..errors import ConfigError, InputError, Interrupted, RegenError
 from ..inputs.reader import PromptReader, first_rows_have_tools
 from ..records import BadInput, Prompt, Turn
 from ..schema import bad_input_row
@@ -170,6 +171,9 @@ class Runner:
             only_ids=self.opt.only_ids,
         )
         hashes = await asyncio.to_thread(self._scan, reader)
+        if not len(hashes) and await asyncio.to_thread(_holds_no_row, reader.every_row()):
+            files = ", ".join(str(p) for p in reader.files()) or str(self.opt.input_path or self.cfg.input.path)
+            raise InputError(f"{files}: the input holds no row: nothing to generate (nothing written)")
         await asyncio.to_thread(self._check_first_rows, reader.every_row())
         store, state = await self._open_store([str(p) for p in reader.files()], total=len(hashes))
         self._set_aside = state.set_aside
@@ -595,6 +599,11 @@ class Runner:
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _holds_no_row(reader: PromptReader) -> bool:
+    """Whether the input has no row at all (an empty file): not a selection that left nothing to do."""
+    return next(itertools.chain.from_iterable(reader.iter_batches()), None) is None
 
 
 def _append_line(path: Path, line: bytes) -> None:

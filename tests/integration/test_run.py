@@ -206,3 +206,12 @@ def test_shards_load_with_datasets_and_duckdb(tmp_path: Path, sim) -> None:
     assert rows == [(40, 40)]
     schema = pq.read_schema(next((tmp_path / "run" / "shards").glob("*.parquet")))
     assert schema.metadata[b"regen_schema_version"] == b"3"  # 2: turns and source_id; 3: acceptance, repetition
+
+
+def test_an_empty_input_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "prompts.jsonl").write_bytes(b"")
+    cfg = write_config(tmp_path, "sim")
+    result = regen("run", str(cfg), "--no-progress")
+    assert result.returncode == 2, result.stderr
+    assert "prompts.jsonl: the input holds no row: nothing to generate" in result.stderr
+    assert not (tmp_path / "run").exists()
