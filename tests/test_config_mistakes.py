@@ -237,14 +237,15 @@ def test_export_into_another_run_dir_exits_2(tmp_path: Path, capsys: pytest.Capt
 # ---------------------------------------------------------------- input files
 
 
-def test_empty_input_file_warns_and_the_run_finishes(
+def test_empty_input_file_warns_once_and_the_run_is_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An input with no row at all is a mistake, not a run of 0 prompts that exits 0 (issue 38): exit 2, said once."""
     cfg = write_config(tmp_path)
     (tmp_path / "in.jsonl").write_bytes(b"")
     with caplog.at_level(logging.WARNING):
         code, err, _ = run_cli(["run", str(cfg), "--no-progress"], capsys)
-    assert code == 0, err
+    assert code == 2 and "the input holds no row: nothing to generate" in err, err
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings.count(f"{tmp_path / 'in.jsonl'}: input file has no rows") == 1, warnings
 
