@@ -20,6 +20,7 @@ one-parse path. `client.loop_guard = false` turns the guard off.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,8 @@ class StreamGuard:
     def __init__(self, exempt: Callable[[], str] | None = None) -> None:
         self._buffer = bytearray()
         self._off = False  # an event it could not read: the stream's own parse judges the stream, unguarded
+        # the prompt's text is joined once, on the first loop found, however long a copied run goes on
+        exempt = functools.cache(exempt) if exempt is not None else None
         self.reasoning, self.answer = LoopGuard(exempt=exempt), LoopGuard(exempt=exempt)
         self.pieces = Pieces()  # what has streamed so far, as the whole stream's parse takes it
         self._fed = [0, 0]  # reasoning and content pieces already fed to their guard
