@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """regen benchmarks, each reported as a ratio against a baseline measured in the same run.
 
-    python scripts/bench.py                       # overhead, scale, saturation, startup (a few minutes)
+    python scripts/bench.py                       # overhead, saturation, startup (a few minutes)
+    python scripts/bench.py --only scale          # the seed's job at 90K and 902K rows, every command (issue 40, ~1 h)
+    python scripts/bench.py --only scale --scale-sizes 20000,90000   # its quick version (~5 min)
     python scripts/bench.py --only overhead --requests 20000
     python scripts/bench.py --rehearsal           # + the 902,000-prompt dress rehearsal (long)
     python scripts/bench.py --only prefix         # conversation-sticky routing vs placement by load (issue 14)
@@ -9,7 +11,8 @@
     python scripts/bench.py --only loops          # 3% looping generations: the loop guard on vs off (issue 25)
     python scripts/bench.py --json out.json
 
-Scenarios (issue 8): 1 client overhead vs a minimal aiohttp loop; 2 peak RSS at 1M vs 10K prompts; 3 saturation of
+Scenarios (issue 8): 1 client overhead vs a minimal aiohttp loop; 2 scale: every command's wall time and peak RSS
+over the seed-shaped job at two sizes, with their ratio (issue 40); 3 saturation of
 4 simulators with a capacity model, one dying mid-run, and the exit lag after the last completion; 4 launch to
 first request; 5 the dress rehearsal. The simulator runs pinned to its own core where `taskset` exists.
 """
@@ -52,7 +55,10 @@ def main() -> int:
     ap.add_argument("--loop-prompts", type=int, default=1000, help="prompts in the loops scenario")
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--tokens", type=int, default=1800, help="mean completion tokens in the overhead scenario")
-    ap.add_argument("--scale-big", type=int, default=1_000_000)
+    ap.add_argument(
+        "--scale-sizes", default="90000,902000", help="scale: dataset sizes, comma-separated (quick: 20000,90000)"
+    )
+    ap.add_argument("--scale-tokens", type=int, default=1818, help="scale: mean completion tokens (the seed's 1,818)")
     ap.add_argument("--rehearsal", type=int, nargs="?", const=902_000, metavar="N", help="dress rehearsal, N prompts")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
@@ -60,7 +66,7 @@ def main() -> int:
     # editable checkout would otherwise compile ~200 modules from source at every start, ~0.1 CPU-s per run.
     compileall.compile_dir(Path(__file__).resolve().parent.parent / "pipeline", quiet=1)
     work = Path(tempfile.mkdtemp(prefix="regen-bench-"))
-    wanted = args.only or ["overhead", "scale", "saturation", "startup"]
+    wanted = args.only or ["overhead", "saturation", "startup"]
     if args.rehearsal:
         wanted = [*(args.only or []), "rehearsal"]
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
@@ -68,7 +74,8 @@ def main() -> int:
         if name == "overhead":
             results[name] = bench_overhead(work, args.requests, args.concurrency, args.tokens)
         elif name == "scale":
-            results[name] = bench_scale(work, args.scale_big, 10_000, limit=5000)
+            sizes = [int(n) for n in args.scale_sizes.split(",")]
+            results[name] = bench_scale(work, sizes, args.scale_tokens)
         elif name == "saturation":
             results[name] = bench_saturation(work, max(4000, args.requests // 3))
         elif name == "startup":

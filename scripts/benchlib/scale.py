@@ -1,29 +1,187 @@
-"""Scenario 2, scale: peak RSS of a run over 1M prompts against one over 10K (both stopped at the same --limit)."""
+"""Scenario 2, scale: the seed's job at its size (issue 40). For each size, a seed-shaped dataset (ShareGPT rows whose
+`gpt` turns are empty, 5% two rounds, 10% with a system turn: `pipeline.store.synthetic.seed_dataset`), one instant
+simulator, the project's defaults with plain responses, then what a user does, each step a command of its own:
+
+    run (SIGKILLed at 35% of the rows, then rerun), status, status --json, inspect, inspect --json, inspect --html,
+    validate, audit of the original, export chat / specforge / sharegpt / prompt-completion / repaired --original,
+    merge
+
+Each step's wall time and peak RSS are the command's own: `/usr/bin/time -f %M` around it (the child's maxrss, not
+the benchmark's). The run's figure is the larger of its two processes. The report gives every step at every size
+and, per step, the ratio of the largest size to the smallest. The exactly-once check closes the run step.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import Sim, timed, write_config, write_prompts
+from benchlib import ROOT, Sim
+from pipeline.store.synthetic import seed_dataset
+
+KILL_AT = 0.35
+TIME = "/usr/bin/time"
 
 
-def bench_scale(work: Path, big: int, small: int, limit: int) -> dict[str, Any]:
-    sim = Sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
+def _timed(argv: list[str], out: Path, *, kill_at: tuple[Path, float] | None = None, ok: tuple[int, ...] = (0,)
+           ) -> dict[str, Any]:  # fmt: skip
+    """Run `argv` under /usr/bin/time; with `kill_at` (a metrics file, a share of the rows) SIGKILL the command once
+    its metrics say that share is done. Returns wall_s, rss_mb, the exit status and the stderr's tail."""
+    stats = out.with_suffix(".time")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [TIME, "-o", str(stats), "-f", "%e %M", *argv], cwd=ROOT,
+        stdout=open(out, "wb"), stderr=subprocess.PIPE,
+    )  # fmt: skip
+    killed = False
+    while kill_at is not None and proc.poll() is None:
+        metrics, share = kill_at
+        if _done_share(metrics) >= share:
+            for child in _children(proc.pid):
+                os.kill(child, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.5)
+    _, err = proc.communicate()
+    wall = time.monotonic() - t0
+    last = stats.read_text().strip().splitlines()[-1].split()
+    if proc.returncode not in ok and not killed:
+        raise RuntimeError(f"{' '.join(argv[:5])} exited {proc.returncode}: {err.decode()[-2000:]}")
+    return {"wall_s": round(wall, 1), "rss_mb": round(int(last[1]) / 1024, 1), "killed": killed}
+
+
+def _children(pid: int) -> list[int]:
     try:
-        out: dict[str, Any] = {}
-        for label, n in (("small", small), ("big", big)):
-            prompts = work / f"scale-{n}.jsonl"
-            write_prompts(prompts, n, chars=100)
-            cfg = write_config(work, [sim.url], 64, prompts, shard_rows=2000)
-            run = timed([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress", "--limit", str(limit)])
-            out[f"{label}_prompts"] = n
-            out[f"{label}_rss_mb"] = round(run["rss_mb"], 1)
-            out[f"{label}_wall_s"] = round(run["wall_s"], 1)
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _done_share(metrics: Path) -> float:
+    try:
+        with open(metrics, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - 65536))
+            line = fh.read().splitlines()[-1]
+        last = json.loads(line)
+        return last["done"] / max(1, last["total"])
+    except (OSError, IndexError, ValueError, KeyError):
+        return 0.0
+
+
+def _config(work: Path, url: str, dataset: Path) -> Path:
+    cfg = work / "seed.toml"
+    cfg.write_text(
+        f'[input]\npath = "{dataset}"\n[output]\ndir = "{work / "run"}"\n'
+        f'[generation]\nmodel = "Qwen3.6-27B"\nmax_tokens = 16384\n'
+        f'[[endpoints]]\nurl = "{url}"\nconcurrency = 64\n'
+    )
+    return cfg
+
+
+def seed_job(work: Path, rows: int, tokens: int = 1818) -> dict[str, Any]:
+    """The whole sequence at one size; {step: {wall_s, rss_mb}} and the run's own figures."""
+    work.mkdir(parents=True, exist_ok=True)
+    dataset = work / "seed.jsonl"
+    seed_dataset(dataset, rows)
+    sim = Sim("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", str(tokens))
+    steps: dict[str, Any] = {}
+    try:
+        cfg = _config(work, sim.url, dataset)
+        run_dir = work / "run"
+        regen = [sys.executable, "-m", "pipeline"]
+        first = _timed([*regen, "run", str(cfg), "--no-progress"], work / "run-1.out",
+                       kill_at=(run_dir / "metrics" / "worker-0.jsonl", KILL_AT))  # fmt: skip
+        second = _timed([*regen, "run", str(cfg), "--no-progress"], work / "run-2.out")
+        steps["run"] = {"wall_s": round(first["wall_s"] + second["wall_s"], 1),
+                        "rss_mb": max(first["rss_mb"], second["rss_mb"]), "killed": first["killed"]}  # fmt: skip
     finally:
         sim.stop()
-    out["limit_per_run"] = limit
-    out["rss_ratio"] = round(out["big_rss_mb"] / out["small_rss_mb"], 2)
-    out["targets"] = {"rss_ratio<=1.3": out["rss_ratio"] <= 1.3, "big_rss<200MB": out["big_rss_mb"] < 200}
-    return out
+    steps["run"].update(_exactly_once(run_dir, rows))
+    out = work / "out"
+    commands = {
+        "status": ["status", str(run_dir)],
+        "status --json": ["status", str(run_dir), "--json"],
+        "inspect": ["inspect", str(run_dir)],
+        "inspect --json": ["inspect", str(run_dir), "--json"],
+        "inspect --html": ["inspect", str(run_dir), "--html", str(out / "report.html")],
+        "validate": ["validate", str(run_dir)],
+        "audit": ["audit", str(dataset)],
+        "export chat": ["export", str(run_dir), "--format", "chat", "--out", str(out / "chat")],
+        "export specforge": ["export", str(run_dir), "--format", "specforge", "--out", str(out / "specforge")],
+        "export sharegpt": ["export", str(run_dir), "--format", "sharegpt", "--out", str(out / "sharegpt")],
+        "export prompt-completion": ["export", str(run_dir), "--format", "prompt-completion", "--out",
+                                     str(out / "pc")],
+        "export repaired": ["export", str(run_dir), "--format", "repaired", "--original", str(dataset), "--out",
+                            str(out / "repaired")],
+        "export openai-batch-output": ["export", str(run_dir), "--format", "openai-batch-output", "--out",
+                                       str(out / "batch")],
+        "merge": ["merge", str(run_dir), "--target-rows", "100000"],
+    }  # fmt: skip
+    out.mkdir(exist_ok=True)
+    for name, argv in commands.items():
+        # audit exits 1 when it finds broken rows, as it does here: every `gpt` turn of the seed is empty
+        ok = (0, 1) if name == "audit" else (0,)
+        steps[name] = _timed([*regen, *argv], work / f"{name.replace(' ', '_')}.out", ok=ok)
+        steps[name].pop("killed")
+    steps["disk"] = {"run_dir_gib": round(_du(run_dir) / 2**30, 2)}
+    return steps
+
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _exactly_once(run_dir: Path, rows: int) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pds
+
+    ids = []
+    for part in ("shards", "rejects"):
+        if any((run_dir / part).glob("*.parquet")):
+            ids.append(pds.dataset(run_dir / part, format="parquet").to_table(columns=["id"]).column("id"))
+    counts = pc.value_counts(pa.concat_arrays([c.combine_chunks() for c in ids]))
+    dupes = sum(1 for c in counts.field("counts").to_pylist() if c > 1)
+    return {"ids": len(counts), "duplicates": dupes, "missing": rows - len(counts)}
+
+
+def bench_scale(work: Path, sizes: list[int], tokens: int = 1818) -> dict[str, Any]:
+    """Every size's sequence, then each step's ratio of the largest size to the smallest (wall and RSS)."""
+    by_size = {n: seed_job(work / f"seed-{n}", n, tokens) for n in sorted(sizes)}
+    small, big = min(by_size), max(by_size)
+    table = {}
+    for step, figures in by_size[big].items():
+        if "rss_mb" not in figures:
+            continue
+        low = by_size[small][step]
+        table[step] = {
+            f"wall_s@{small}": low["wall_s"], f"wall_s@{big}": figures["wall_s"],
+            "wall_ratio": round(figures["wall_s"] / max(low["wall_s"], 0.01), 2),
+            f"rss_mb@{small}": low["rss_mb"], f"rss_mb@{big}": figures["rss_mb"],
+            "rss_ratio": round(figures["rss_mb"] / low["rss_mb"], 2),
+        }  # fmt: skip
+    print(markdown(table, small, big), flush=True)
+    flat = all(t["rss_ratio"] <= 1.2 for t in table.values())
+    under = all(t[f"rss_mb@{big}"] < 1024 for t in table.values())
+    return {"sizes": sorted(sizes), "steps": table, "runs": {n: v["run"] for n, v in by_size.items()},
+            "disk": {n: v["disk"] for n, v in by_size.items()},
+            "targets": {"every step rss <= 1.2x": flat, "every step < 1 GB": under}}  # fmt: skip
+
+
+def markdown(table: dict[str, dict[str, Any]], small: int, big: int) -> str:
+    """The table BENCHMARKS.md keeps."""
+    head = f"| step | wall @{small:,} | wall @{big:,} | ratio | peak RSS @{small:,} | peak RSS @{big:,} | ratio |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for step, t in table.items():
+        lines.append(
+            f"| `{step}` | {t[f'wall_s@{small}']} s | {t[f'wall_s@{big}']} s | {t['wall_ratio']}x "
+            f"| {t[f'rss_mb@{small}']} MB | {t[f'rss_mb@{big}']} MB | {t['rss_ratio']}x |"
+        )
+    return "\n".join(lines)
