@@ -236,7 +236,6 @@ class Admitted:
     # -- streaming --------------------------------------------------------------------------------------------
     async def stream(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
         render = {"chat": self._chat_events, "completions": self._completion_events}.get(
             self.req.route, self._generate_events
         )
@@ -246,6 +245,7 @@ class Admitted:
         broken = self.fault in ("reset", "invalid_json")
         count = 0
         try:
+            await response.prepare(request)  # in the try: a client killed mid-run may be gone before the headers
             async for events, final in render():
                 buffered.append(events)
                 count += 1
@@ -263,7 +263,7 @@ class Admitted:
         except asyncio.CancelledError:
             self._cancelled()
             raise
-        except ConnectionResetError:  # the client left between two events
+        except ConnectionResetError:  # the client left before the headers or between two events
             self._cancelled()
         return response
 

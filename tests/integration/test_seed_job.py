@@ -84,6 +84,10 @@ def test_the_seed_job_at_ci_size_keeps_every_row_once_in_order(tmp_path: Path, s
     assert len(committed_ids(run, "shards")) < ROWS
     _ok("run", str(cfg), "--no-progress")
     assert_exactly_once(run, ids)
+    # The simulator took the kill as SGLang does, quietly: no traceback for a client gone before the headers.
+    server.proc.kill()
+    server.proc.wait(timeout=30)
+    assert server.proc.stderr is not None and "Traceback" not in server.proc.stderr.read()
     accepted = len(committed_ids(run, "shards"))
 
     status = json.loads(_ok("status", str(run), "--json").stdout)
