@@ -2,13 +2,16 @@
 
     python scripts/tree_measures.py                 # this checkout
     python scripts/tree_measures.py --root /tmp/old # another one (a `git worktree add` of an older commit)
+    python scripts/tree_measures.py --before /tmp/old   # the before/after table
 
 - version tuples: bare `(0, N, M)` literals outside the release-facts package (pipeline/sglang/)
 - version parsers: functions whose name says they parse or compare a version, outside pipeline/sglang/
 - HTTP stacks: modules outside the simulator that import an HTTP client library or read its exceptions
 - `dict[str, Any]` in signatures: annotated parameters and returns outside the simulator
 - run-directory literals: paths built from a written-out run-directory name, outside store/layout.py and the simulator
-- Pool: the lines and methods of `class Pool` (endpoints/pool.py)
+- Pool, Runner: the lines and methods of `class Pool` (endpoints/pool.py) and `class Runner` (engine/runner.py)
+- mypy mode: `strict` or the checks pyproject.toml's `[tool.mypy]` turns on, and the modules left out of strict
+With `--before OLD`, a markdown table of OLD's measures against this checkout's.
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
 
@@ -85,10 +88,10 @@ def run_dir_literals(root: Path) -> list[str]:
     return out
 
 
-def pool_size(root: Path) -> dict[str, int]:
-    path = root / "pipeline" / "endpoints" / "pool.py"
+def class_size(root: Path, module: str, name: str) -> dict[str, int]:
+    path = root / "pipeline" / module
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ClassDef) and node.name == "Pool":
+        if isinstance(node, ast.ClassDef) and node.name == name:
             methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
             return {"lines": (node.end_lineno or node.lineno) - node.lineno + 1, "methods": len(methods)}
     return {"lines": 0, "methods": 0}
@@ -101,16 +104,53 @@ def measure(root: Path) -> dict[str, Any]:
         "modules_mapping_http_errors": http_error_maps(root),
         "dict_str_any_in_signatures": dict_any_in_signatures(root),
         "run_dir_literals_outside_layout": run_dir_literals(root),
-        "pool": pool_size(root),
+        "pool": class_size(root, "endpoints/pool.py", "Pool"),
+        "runner": {**class_size(root, "engine/runner.py", "Runner"), "module_lines": _lines(root, "engine/runner.py")},
+        "mypy_mode": mypy_mode(root),
     }
+
+
+def _lines(root: Path, module: str) -> int:
+    return len((root / "pipeline" / module).read_text().splitlines())
+
+
+def mypy_mode(root: Path) -> str:
+    """`strict`, or the checks `[tool.mypy]` turns on one by one (pyproject.toml), with the overrides' modules."""
+    import tomllib
+
+    conf = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("mypy", {})
+    mode = "strict" if conf.get("strict") else ", ".join(k for k, v in conf.items() if v is True) or "default"
+    lenient = [m for o in conf.get("overrides", []) for m in ([o["module"]] if isinstance(o["module"], str)
+               else o["module"]) if o.get("strict") is False or o.get("ignore_errors")]  # fmt: skip
+    return mode + (f" (not strict: {', '.join(lenient)})" if lenient else "")
+
+
+def table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """A markdown table of two checkouts' measures, lists shown by their length."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, list):
+            return str(len(value))
+        if isinstance(value, dict):
+            return ", ".join(f"{k} {v}" for k, v in value.items())
+        return str(value)
+
+    rows = ["| measure | before | after |", "|---|---|---|"]
+    for key in after:
+        rows.append(f"| {key} | {shown(before.get(key, '-'))} | {shown(after[key])} |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="a checkout")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--before", type=Path, help="another checkout: print a before/after markdown table")
     args = parser.parse_args(argv)
     result = measure(args.root)
+    if args.before:
+        print(table(measure(args.before), result))
+        return 0
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
