@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
+import pytest
 
 from pipeline.store.synthetic import seed_dataset
 from tests.conftest import ROOT, SimProcess, committed_ids, regen
@@ -56,6 +57,7 @@ def _ok(*args: str, codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProces
     return done
 
 
+@pytest.mark.timeout(900)  # ~1 min alone on 2 cores; several under a loaded machine
 def test_the_seed_job_at_ci_size_keeps_every_row_once_in_order(tmp_path: Path, sim: Callable[..., SimProcess]) -> None:
     dataset = tmp_path / "seed20k.jsonl"
     seed_dataset(dataset, ROWS)
