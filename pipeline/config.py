@@ -102,7 +102,7 @@ class ClientConfig:
     health_failures: int = 3  # consecutive failed probes before an endpoint is declared down
     recheck_interval_s: float = 60.0  # re-read each endpoint's /server_info: a restart with other args retires it
     no_endpoint_timeout_s: float = 600.0  # stop (exit 3) when no endpoint has been usable this long
-    queue_size: int = 0  # prompts buffered between reader and workers; 0 = 2x total concurrency
+    queue_size: int = 0  # prompts buffered between reader and dispatcher; 0 = the total concurrency, at least 64
     sticky_conversations: bool = True  # a conversation's turns go to the endpoint of its previous turn (prefix cache)
     sticky_wait_s: float = 5.0  # how long a turn waits for a slot there before taking the least-loaded endpoint
     server_view_interval_s: float = 10.0  # read each server's own figures (/metrics, /v1/loads); 0 = off

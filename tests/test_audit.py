@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import conversation
 from pipeline.cli import main
 from pipeline.config import ValidateConfig
 from pipeline.dataset.audit import AuditOptions, audit_dataset, format_audit, read_ids
+from pipeline.inputs import conversations
 from pipeline.inputs.row_audit import audit_row, regenerated_positions
 from pipeline.inputs.stored import split_inline, split_message
 from tests.conftest import SHARED, needs_shared
@@ -213,7 +213,7 @@ def test_regenerated_positions_start_at_the_first_failing_turn(
 ) -> None:
     raw = _conv(*turns, system=system, trailing=trailing)
     verdict = audit_row({"messages": raw}, AuditOptions())
-    messages = conversation.parse(raw, "messages")
+    messages = conversations.parse(raw, "messages")
     shift = 1 if system else 0
     assert regenerated_positions(messages, mode, repair, verdict) == tuple(p + shift for p in expected)
     # the reader's messages may carry `input.system_prompt` first: the same turns, one position later

@@ -14,6 +14,7 @@ import pytest
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig
 from pipeline.errors import InputError
+from pipeline.inputs import conversations
 from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Prompt
 
@@ -30,17 +31,23 @@ def _read(path: Path, gen: GenerationConfig | None = None, **kw: object) -> list
 def test_sharegpt_and_role_content_conversations_normalise_alike() -> None:
     sharegpt = [{"from": "system", "value": "be brief"}, {"from": "human", "value": "q1"}, {"from": "gpt", "value": ""}]
     roles = [SYS, U1, {"role": "assistant", "content": None}]
-    assert conv.parse(sharegpt, "conversations") == conv.parse(roles, "conversations") == (SYS, U1, EMPTY)
+    assert (
+        conversations.parse(sharegpt, "conversations")
+        == conversations.parse(roles, "conversations")
+        == (SYS, U1, EMPTY)
+    )
 
 
 def test_text_parts_are_joined_and_other_parts_refused() -> None:
     parts = [{"type": "text", "text": "look"}, {"type": "text", "text": "here"}]
-    assert conv.parse([{"role": "user", "content": parts}], "messages") == ({"role": "user", "content": "look\nhere"},)
+    assert conversations.parse([{"role": "user", "content": parts}], "messages") == (
+        {"role": "user", "content": "look\nhere"},
+    )
     image = [{"type": "text", "text": "what is it"}, {"type": "image_url", "image_url": {"url": "x"}}]
     with pytest.raises(
         conv.ConversationError, match=r"messages\[0\]\.content\[1\] is an 'image_url' part: the run is text-only"
     ):
-        conv.parse([{"role": "user", "content": image}], "messages")
+        conversations.parse([{"role": "user", "content": image}], "messages")
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import pytest
 from pipeline import conversation as conv
 from pipeline.config import GenerationConfig, InputConfig, ValidateConfig
 from pipeline.endpoints.sse import parse_stream
+from pipeline.inputs import conversations
 from pipeline.inputs.batch_lines import Unhonoured
 from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Completion, Prompt
@@ -85,7 +86,7 @@ ANSWER = {"role": "assistant", "content": "It is 21 degrees."}
     ],
 )
 def test_every_tool_shape_reads_as_openai_tool_calls_and_results(given: list[dict[str, Any]]) -> None:
-    messages = conv.parse(given, "messages")
+    messages = conversations.parse(given, "messages")
     assert messages == (U1, CALLED, RESULT, ANSWER)
     assert conv.turn_positions(messages, "all") == (3,)  # the call and its result are kept, the answer generated
 
@@ -93,7 +94,7 @@ def test_every_tool_shape_reads_as_openai_tool_calls_and_results(given: list[dic
 def test_an_openai_call_keeps_its_id_and_a_result_its_tool_call_id() -> None:
     call = {"id": "call_1", **CALL}
     result = {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "21"}
-    messages = conv.parse([U1, {"role": "assistant", "content": "", "tool_calls": [call]}, result], "m")
+    messages = conversations.parse([U1, {"role": "assistant", "content": "", "tool_calls": [call]}, result], "m")
     assert messages[1]["tool_calls"] == [call]
     assert messages[2] == result
     assert conv.turn_positions(messages, "all") == (3,)  # a trailing tool result: one new turn answers it
@@ -105,7 +106,9 @@ def test_reasoning_parts_become_the_turns_reasoning_and_value_parts_are_text() -
         "content": [{"type": "reasoning", "value": "think"}, {"type": "text", "value": "done"}],
         "loss_weight": 1.0,
     }
-    _, got = conv.parse([{"role": "user", "content": [{"type": "text", "value": "hi"}]}, assistant], "messages")
+    _, got = conversations.parse(
+        [{"role": "user", "content": [{"type": "text", "value": "hi"}]}, assistant], "messages"
+    )
     assert got == {"role": "assistant", "content": "done", "reasoning_content": "think"}
 
 
@@ -136,7 +139,7 @@ def test_reasoning_parts_become_the_turns_reasoning_and_value_parts_are_text() -
 )
 def test_parts_that_cannot_be_read_name_the_part(content: list[Any], match: str) -> None:
     with pytest.raises(conv.ConversationError, match=match):
-        conv.parse([{"role": "user", "content": content}], "messages")
+        conversations.parse([{"role": "user", "content": content}], "messages")
 
 
 @pytest.mark.parametrize(
@@ -159,7 +162,7 @@ def test_parts_that_cannot_be_read_name_the_part(content: list[Any], match: str)
 )
 def test_tool_conversations_that_cannot_be_regenerated(messages: list[dict[str, Any]], match: str) -> None:
     with pytest.raises(conv.ConversationError, match=match):
-        conv.turn_positions(conv.parse(messages, "messages"), "all")
+        conv.turn_positions(conversations.parse(messages, "messages"), "all")
 
 
 def test_turns_last_generates_the_answer_after_the_last_tool_result() -> None:
@@ -195,7 +198,7 @@ def test_the_request_keeps_calls_and_results_and_drops_kept_reasoning_unless_ask
     ],
 )
 def test_tools_are_read_in_the_requests_shape(tools: Any, want: tuple[dict[str, Any], ...]) -> None:
-    assert conv.tools({"tools": tools}) == want
+    assert conversations.tools({"tools": tools}) == want
 
 
 @pytest.mark.parametrize(
@@ -208,7 +211,7 @@ def test_tools_are_read_in_the_requests_shape(tools: Any, want: tuple[dict[str, 
 )
 def test_bad_tools_name_the_field(tools: Any, match: str) -> None:
     with pytest.raises(conv.ConversationError, match=match):
-        conv.tools({"tools": tools})
+        conversations.tools({"tools": tools})
 
 
 def test_a_text_turn_that_calls_a_tool_is_rejected_with_its_own_reason() -> None:

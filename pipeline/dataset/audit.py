@@ -28,8 +28,8 @@ from typing import IO, Any
 
 import orjson
 
-from .. import conversation
 from ..errors import InputError, OutputError
+from ..inputs import conversations
 from ..inputs.ids import usable_id
 from ..inputs.input_files import _parse_line as parse_line
 from ..inputs.input_files import resolve
@@ -69,7 +69,7 @@ def _parts(kinds: dict[Path, str], opts: AuditOptions) -> Iterator[_Part]:
     """Each file's rows judged and counted a block at a time, in reading order. JSONL goes in blocks of lines
     to `opts.jobs` processes (all cores by default) when the file has more than two blocks; other formats are
     read `batch_rows` rows at a time here."""
-    columns = [opts.id_field, *conversation.CONVERSATION_FIELDS, opts.messages_field, opts.prompt_field, opts.by]
+    columns = [opts.id_field, *conversations.CONVERSATION_FIELDS, opts.messages_field, opts.prompt_field, opts.by]
     columns = [c for c in dict.fromkeys(columns) if c and c != "auto"]
     block = itertools.count()
     jobs = opts.jobs or os.cpu_count() or 1

@@ -40,10 +40,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import conversation
 from ..config import Config, config_from_dict
+from ..conversation import ConversationError, Message
 from ..errors import ConfigError, InputError, OutputError
-from ..inputs.ids import IdProblem, content_id, given_id
+from ..inputs import conversations
+from ..inputs.ids import IdProblem, content_id, given_id, hashed
 from ..inputs.input_files import labels, resolve
 from ..inputs.row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..inputs.stored import INLINE, REASONING_FIELDS, fingerprint, split_message, with_system
@@ -310,7 +311,7 @@ class _Repair:
             return None
         try:
             positions = regenerated_positions(messages, self.cfg.generation.turns, self.cfg.input.repair, verdict)
-        except conversation.ConversationError:
+        except ConversationError:
             return None
         return fingerprint(messages, positions)
 
@@ -343,35 +344,35 @@ class _Repair:
             return given
         messages = self._messages(data)
         try:
-            tools = conversation.tools(data)
-        except conversation.ConversationError:
+            tools = conversations.tools(data)
+        except ConversationError:
             return None
-        return None if messages is None else content_id(conversation.hashed(messages, tools))
+        return None if messages is None else content_id(hashed(messages, tools))
 
     def _given(self, data: dict[str, Any]) -> str | None:
         return given_id(data, self.cfg.input.id_field, json_row=self.json_rows)
 
-    def _messages(self, data: dict[str, Any]) -> tuple[conversation.Message, ...] | None:
+    def _messages(self, data: dict[str, Any]) -> tuple[Message, ...] | None:
         """The row's messages as the reader sends them (system prompt first), or None if it has none."""
         inp = self.cfg.input
-        found = conversation.find_conversation(data, inp.messages_field)
+        found = conversations.find_conversation(data, inp.messages_field)
         try:
             if found is not None:
-                messages = conversation.parse(found[1], found[0])
+                messages = conversations.parse(found[1], found[0])
             else:
-                messages = conversation.parse([{"role": "user", "content": data.get(inp.prompt_field)}], "prompt")
-        except conversation.ConversationError:
+                messages = conversations.parse([{"role": "user", "content": data.get(inp.prompt_field)}], "prompt")
+        except ConversationError:
             return None
         return with_system(messages, inp.system_prompt)
 
     def _repaired(
         self, data: dict[str, Any], turns: list[tuple[str | None, str]], verdict: RowAudit
     ) -> dict[str, Any] | None:
-        found = conversation.find_conversation(data, self.cfg.input.messages_field)
+        found = conversations.find_conversation(data, self.cfg.input.messages_field)
         if found is None:
             return None
         name, raw = found
-        messages = conversation.parse(raw, name)
+        messages = conversations.parse(raw, name)
         positions = regenerated_positions(messages, self.cfg.generation.turns, self.cfg.input.repair, verdict)
         if len(positions) != len(turns):
             return None
@@ -501,7 +502,7 @@ def _put(message: dict[str, Any], reasoning: str | None, answer: str, style: str
 def _parts(old: list[Any], reasoning: str | None, answer: str, style: str) -> list[dict[str, Any]]:
     """New content parts written as the message's own parts are (`text` or LLaMA-Factory's `value` key): a
     `reasoning` part then a `text` part, or one text part with the reasoning inline when the file keeps it so."""
-    key = next((k for p in old if isinstance(p, dict) for k in conversation.TEXT_KEYS if k in p), "text")
+    key = next((k for p in old if isinstance(p, dict) for k in conversations.TEXT_KEYS if k in p), "text")
     if style == INLINE and reasoning:
         return [{"type": "text", key: f"<think>\n{reasoning}\n</think>\n\n{answer}"}]
     head = [{"type": "reasoning", key: reasoning}] if reasoning is not None else []

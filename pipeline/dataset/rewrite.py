@@ -18,8 +18,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import conversation
 from ..errors import InputError
+from ..inputs import conversations
 from ..inputs.input_files import Broken, json_array_rows
 from ..inputs.stored import INLINE, REASONING_FIELDS
 
@@ -95,7 +95,7 @@ def _parquet(choice: RowChoice, path: Path, tmp: Path) -> None:
 
 def _schema_style(schema: pa.Schema) -> str:
     """The reasoning field of the conversation column's message struct, if it has one."""
-    for name in conversation.CONVERSATION_FIELDS:
+    for name in conversations.CONVERSATION_FIELDS:
         if name in schema.names:
             kind = schema.field(name).type
             if pa.types.is_list(kind) and pa.types.is_struct(kind.value_type):

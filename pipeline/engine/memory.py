@@ -55,7 +55,8 @@ class _Unused:
 
 
 # pyarrow imports pandas on its first list-to-array conversion just to check for pandas types: ~1 s and ~60 MB of
-# RSS that a run never uses. (regen's own requests, preflight's included, all go through aiohttp: no httpx.)
+# RSS that a run never uses. httpx needs no block: nothing in pipeline/ imports it (every request regen sends,
+# preflight's included, goes through aiohttp; httpx is a test and benchmark dependency only).
 UNUSED_IN_RUN = ("pandas",)
 
 

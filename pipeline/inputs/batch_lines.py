@@ -12,9 +12,9 @@ import logging
 from collections import Counter
 from typing import Any
 
-from ..conversation import short, type_name
 from ..errors import InputError
 from ..records import RequestOverrides
+from .conversations import short, type_name
 
 log = logging.getLogger("pipeline.inputs.reader")
 

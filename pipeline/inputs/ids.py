@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from ..conversation import short, type_name
+from ..conversation import Message
+from .conversations import short, type_name
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -69,3 +70,9 @@ def content_id(messages: Sequence[Mapping[str, str]]) -> str:
     """The id of a row that has none: sha256 of the canonical JSON of its final messages, first 16 hex digits."""
     blob = orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def hashed(messages: Sequence[Message], tools: Sequence[Message]) -> Sequence[Message]:
+    """What a row's content id covers: its messages, and its tools when it has any (two rows that differ only in
+    their tools are two prompts)."""
+    return messages if not tools else (*messages, {"tools": list(tools)})

@@ -42,14 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import conversation
 from ..config import GenerationConfig, InputConfig, ValidateConfig
-from ..conversation import hashed, short, type_name
+from ..conversation import ConversationError
 from ..errors import ConfigError, InputError
 from ..records import BadInput, Prompt, RequestOverrides
 from ..schema import stringify
+from . import conversations
 from .batch_lines import LineProblem, Unhonoured, request_of, row_samples
-from .ids import IdProblem, content_id, given_id
+from .conversations import short, type_name
+from .ids import IdProblem, content_id, given_id, hashed
 from .input_files import Broken, Row, arrow_rows, json_array_rows, jsonl_rows, labels, parquet_rows, resolve
 from .row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from .stored import fingerprint, with_system
@@ -205,8 +206,8 @@ class PromptReader:
 
     def _columns(self, *, with_keep: bool) -> list[str]:
         cfg = self._cfg
-        conv = conversation.CONVERSATION_FIELDS if cfg.messages_field == "auto" else (cfg.messages_field,)
-        media = (conversation.TOOLS_FIELD, *conversation.MEDIA_FIELDS)  # read with the conversation
+        conv = conversations.CONVERSATION_FIELDS if cfg.messages_field == "auto" else (cfg.messages_field,)
+        media = (conversations.TOOLS_FIELD, *conversations.MEDIA_FIELDS)  # read with the conversation
         cols = [cfg.id_field, *conv, cfg.prompt_field, *media, *(cfg.keep_fields if with_keep else ())]
         return list(dict.fromkeys(cols))
 
@@ -299,7 +300,7 @@ class PromptReader:
         verdict = audit_row(data, self._audit) if self._cfg.repair == "from_first_bad_turn" else RowAudit()
         try:
             positions = regenerated_positions(messages, self._gen.turns, self._cfg.repair, verdict)
-        except conversation.ConversationError as exc:
+        except ConversationError as exc:
             raise _Problem(str(exc)) from None
         return () if positions == (len(messages),) else positions
 
@@ -337,23 +338,23 @@ class PromptReader:
         """The row's tools (the request's `tools`, sent with every turn), or the body's own in an OpenAI batch."""
         body = data.get("body") if self._openai else data
         try:
-            return conversation.tools(body) if isinstance(body, dict) else ()
-        except conversation.ConversationError as exc:
+            return conversations.tools(body) if isinstance(body, dict) else ()
+        except ConversationError as exc:
             raise _Problem(str(exc)) from None
 
     def _messages(self, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
-        if (media := conversation.media_problem(data)) is not None:
+        if (media := conversations.media_problem(data)) is not None:
             raise _Problem(media)
         mf, pf = self._cfg.messages_field, self._cfg.prompt_field
-        found = conversation.find_conversation(data, mf)
+        found = conversations.find_conversation(data, mf)
         if found is not None:
             try:
-                return self._with_system(conversation.parse(found[1], found[0]))
-            except conversation.ConversationError as exc:
+                return self._with_system(conversations.parse(found[1], found[0]))
+            except ConversationError as exc:
                 raise _Problem(str(exc)) from None
         prompt = data.get(pf)
         if prompt is None:
-            names = " or ".join(repr(n) for n in (*conversation.CONVERSATION_FIELDS, pf)) if mf == "auto" else None
+            names = " or ".join(repr(n) for n in (*conversations.CONVERSATION_FIELDS, pf)) if mf == "auto" else None
             raise _Problem(f"no {names or f'{mf!r} or {pf!r}'} field")
         if not isinstance(prompt, str):
             raise _Problem(f"{pf} must be a string, got {type_name(prompt)} {short(prompt)}")
@@ -364,8 +365,8 @@ class PromptReader:
     def _openai_request(self, data: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], RequestOverrides]:
         given, overrides = request_of(data)
         try:
-            messages = self._with_system(conversation.parse(given, "body.messages"))
-        except conversation.ConversationError as exc:
+            messages = self._with_system(conversations.parse(given, "body.messages"))
+        except ConversationError as exc:
             raise _Problem(str(exc)) from None
         return messages, overrides
 

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import conversation
 from ..config import Config, ValidateConfig
+from ..conversation import ConversationError, Message, turn_positions
 from ..records import Verdict
 from ..validator import validate
+from . import conversations
 from .ids import id_problem
 from .input_files import Broken
 from .line_blocks import BLOCK_BYTES
@@ -86,41 +87,39 @@ def audit_row(data: Any, opts: AuditOptions) -> RowAudit:
     if isinstance(data, Broken):
         return RowAudit(bad=data.detail)
     if not isinstance(data, dict):
-        return RowAudit(bad=f"row is a JSON {conversation.type_name(data)}, not an object")
+        return RowAudit(bad=f"row is a JSON {conversations.type_name(data)}, not an object")
     if isinstance(given := data.get(opts.id_field), str) and (problem := id_problem(given)):
         return RowAudit(bad=f"{opts.id_field}: {problem}")  # `regen run` refuses it as bad_input
-    if (media := conversation.media_problem(data)) is not None:
+    if (media := conversations.media_problem(data)) is not None:
         return RowAudit(bad=media)
-    found = conversation.find_conversation(data, opts.messages_field)
+    found = conversations.find_conversation(data, opts.messages_field)
     try:
-        conversation.tools(data)
+        conversations.tools(data)
         if found is None:
             raw: Any = [{"role": "user", "content": data.get(opts.prompt_field)}]
             if not isinstance(raw[0]["content"], str):
                 return RowAudit(bad=f"no conversation and no {opts.prompt_field!r} field")
-            messages = conversation.parse(raw, opts.prompt_field)
+            messages = conversations.parse(raw, opts.prompt_field)
         else:
-            raw, messages = found[1], conversation.parse(found[1], found[0])
+            raw, messages = found[1], conversations.parse(found[1], found[0])
         turns = stored_turns(raw, messages)
-    except conversation.ConversationError as exc:
+    except ConversationError as exc:
         return RowAudit(bad=str(exc))
     return RowAudit(tuple((turn, _judge(turn, opts)) for turn in turns))
 
 
-def regenerated_positions(
-    messages: Sequence[conversation.Message], turns: str, repair: str, verdict: RowAudit
-) -> tuple[int, ...]:
+def regenerated_positions(messages: Sequence[Message], turns: str, repair: str, verdict: RowAudit) -> tuple[int, ...]:
     """Where the assistant turns to generate sit in `messages` (a row's conversation, with or without a system
     prompt put first): `conversation.turn_positions` for `generation.turns`, and with `repair =
     "from_first_bad_turn"` only those from the row's first failing turn on (`verdict` is its `audit_row`), the
     turns before it kept as given. A row with no failing turn is regenerated whole. ConversationError as
     `turn_positions`."""
-    positions = conversation.turn_positions(messages, turns)
+    positions = turn_positions(messages, turns)
     first = next((k for k, (_, v) in enumerate(verdict.turns) if not v.ok), None)
     if repair != "from_first_bad_turn" or first is None:
         return positions
     # The audit numbers the turns `turn_positions(.., "all")` finds, in order; a system message shifts no ordinal.
-    start = conversation.turn_positions(messages, "all")[first]
+    start = turn_positions(messages, "all")[first]
     return tuple(p for p in positions if p >= start)  # never empty: the last position is the largest
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import conversation
 from ..config import InputConfig
 from ..records import BadInput
+from . import conversations
 from .input_files import resolve
 from .reader import PromptReader
 from .row_audit import AuditOptions, audit_row
@@ -144,7 +144,7 @@ def _id_field(dicts: list[dict[str, Any]]) -> str | None:
 
 def _tally_row(shape: Shape, row: dict[str, Any]) -> None:
     shape.fields.update(k for k, v in row.items() if v is not None)
-    found = conversation.find_conversation(row, "auto")
+    found = conversations.find_conversation(row, "auto")
     images = any(row.get(f) for f in IMAGE_FIELDS)
     if found is not None:
         shape.conversation_fields[found[0]] += 1

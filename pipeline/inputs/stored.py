@@ -108,7 +108,7 @@ def split_message(
 
 def stored_turns(raw: Sequence[Any], messages: Sequence[conversation.Message]) -> list[StoredTurn]:
     """Every assistant turn regen would generate for this conversation (`turns = "all"`), as the row stores it.
-    `raw` is the conversation as read, `messages` its `conversation.parse`; ConversationError on a bad order."""
+    `raw` is the conversation as read, `messages` its `conversations.parse`; ConversationError on a bad order."""
     turns = []
     for position in conversation.turn_positions(messages, "all"):
         if position == len(messages):

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import conversation
+from pipeline.inputs import conversations
 from tests.conftest import ROOT, SimProcess, committed_ids, regen
 from tests.helpers import assert_exactly_once, wait_until
 from tests.test_audit import planted_row, write_planted
@@ -54,7 +55,7 @@ def _expected_requests(rows: list, failing: set[str]) -> int:
     n = 0
     for row, _, _ in rows:
         if row.get("id") in failing:
-            messages = conversation.parse(row["messages"], "messages")
+            messages = conversations.parse(row["messages"], "messages")
             n += len(conversation.turn_positions(messages, "all"))
     return n
 
@@ -126,7 +127,7 @@ def test_only_ids_sends_only_the_listed_rows(tmp_path: Path, sim) -> None:
     expected = 0
     for i, (row, _, _) in enumerate(rows):
         if i in wanted:
-            expected += len(conversation.turn_positions(conversation.parse(row["messages"], "m"), "all"))
+            expected += len(conversation.turn_positions(conversations.parse(row["messages"], "m"), "all"))
     assert server.stats()["generations_total"] == expected
     out = tmp_path / "repaired"  # rows without ids are matched by their content hash, as the reader made them
     exported = regen("export", str(tmp_path / "run"), "--format", "repaired", "--out", str(out))
