@@ -9,6 +9,7 @@
 - `dict[str, Any]` in signatures: annotated parameters and returns outside the simulator
 - run-directory literals: paths built from a written-out run-directory name, outside store/layout.py and the simulator
 - Pool: the lines and methods of `class Pool` (endpoints/pool.py)
+- test modules imported by tests: imports, in tests/, of a `test_*` module or of a conftest (`file:line module`)
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
 
@@ -94,6 +95,36 @@ def pool_size(root: Path) -> dict[str, int]:
     return {"lines": 0, "methods": 0}
 
 
+def test_modules_imported_by_tests(root: Path) -> list[str]:
+    """Imports, anywhere under tests/, of a test module (its last dotted part starts with `test_`) or of a conftest
+    (`file:line module`): tests share tests/helpers/ and conftest fixtures, never each other (the rule of
+    tests/test_tests_layout.py)."""
+
+    def is_test_module(dotted: str) -> bool:
+        parts = dotted.split(".")
+        return parts[-1].startswith("test_") or "conftest" in parts
+
+    out = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        found = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                named = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                if module.endswith(".") or module in ("tests", "tests.integration", "tests.real"):
+                    # `from tests import test_x`, `from . import conftest`: the names imported are modules
+                    sep = "" if module.endswith(".") else "."
+                    named = [f"{module}{sep}{a.name}" for a in node.names]
+                else:
+                    named = [module]
+            else:
+                continue
+            found += [(node.lineno, name) for name in named if is_test_module(name)]
+        out += [f"{path.relative_to(root)}:{line} {name}" for line, name in sorted(found, key=lambda f: f[0])]
+    return out
+
+
 def measure(root: Path) -> dict[str, Any]:
     return {
         "version_tuples_outside_sglang": version_tuples(root),
@@ -102,6 +133,7 @@ def measure(root: Path) -> dict[str, Any]:
         "dict_str_any_in_signatures": dict_any_in_signatures(root),
         "run_dir_literals_outside_layout": run_dir_literals(root),
         "pool": pool_size(root),
+        "test_modules_imported_by_tests": test_modules_imported_by_tests(root),
     }
 
 
