@@ -11,6 +11,7 @@
 - run-directory literals: paths built from a written-out run-directory name, outside store/layout.py and the simulator
 - Pool, Runner: the lines and methods of `class Pool` (endpoints/pool.py) and `class Runner` (engine/runner.py)
 - mypy mode: `strict` or the checks pyproject.toml's `[tool.mypy]` turns on, and the modules left out of strict
+- test modules imported by tests: imports, in tests/, of a `test_*` module or of a conftest (`file:line module`)
 With `--before OLD`, a markdown table of OLD's measures against this checkout's.
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
@@ -97,6 +98,36 @@ def class_size(root: Path, module: str, name: str) -> dict[str, int]:
     return {"lines": 0, "methods": 0}
 
 
+def test_modules_imported_by_tests(root: Path) -> list[str]:
+    """Imports, anywhere under tests/, of a test module (its last dotted part starts with `test_`) or of a conftest
+    (`file:line module`): tests share tests/helpers/ and conftest fixtures, never each other (the rule of
+    tests/test_tests_layout.py)."""
+
+    def is_test_module(dotted: str) -> bool:
+        parts = dotted.split(".")
+        return parts[-1].startswith("test_") or "conftest" in parts
+
+    out = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        found = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                named = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                if module.endswith(".") or module in ("tests", "tests.integration", "tests.real"):
+                    # `from tests import test_x`, `from . import conftest`: the names imported are modules
+                    sep = "" if module.endswith(".") else "."
+                    named = [f"{module}{sep}{a.name}" for a in node.names]
+                else:
+                    named = [module]
+            else:
+                continue
+            found += [(node.lineno, name) for name in named if is_test_module(name)]
+        out += [f"{path.relative_to(root)}:{line} {name}" for line, name in sorted(found, key=lambda f: f[0])]
+    return out
+
+
 def measure(root: Path) -> dict[str, Any]:
     return {
         "version_tuples_outside_sglang": version_tuples(root),
@@ -107,6 +138,7 @@ def measure(root: Path) -> dict[str, Any]:
         "pool": class_size(root, "endpoints/pool.py", "Pool"),
         "runner": {**class_size(root, "engine/runner.py", "Runner"), "module_lines": _lines(root, "engine/runner.py")},
         "mypy_mode": mypy_mode(root),
+        "test_modules_imported_by_tests": test_modules_imported_by_tests(root),
     }
 
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 import regen
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 
 def _config(tmp_path: Path, n: int = 12) -> dict:

@@ -134,7 +134,7 @@ print(loaded)
 
 def test_status_and_inspect_do_not_load_matplotlib_or_datasets(tmp_path: Path) -> None:
     """matplotlib (~0.7 s of `regen status` before) is for `inspect --html` only; `datasets` is for tests only."""
-    from tests.test_inspection_runs import build_run
+    from tests.helpers.inspection_runs import build_run
 
     run_dir = build_run(tmp_path)
     result = subprocess.run(

@@ -77,7 +77,7 @@ def test_worker_index_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`regen inspect RUN --json | head -1`: when the reader leaves, regen stops quietly (exit 141, as SIGPIPE)."""
-    from tests.test_inspection_runs import build_run
+    from tests.helpers.inspection_runs import build_run
 
     class ClosedPipe:
         def __init__(self) -> None:

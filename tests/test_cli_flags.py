@@ -2,8 +2,8 @@
 `regen` runs it), with an assertion that only that flag's effect satisfies: a flag parsed but not handed on (or
 handed to the wrong parameter) fails here, while the library functions' own tests would still pass.
 
-The run directories are the hand-built ones of test_inspection_runs (known shards, endpoints and planted defects)
-and test_repair; preflight talks to a real simulator over HTTP."""
+The run directories are the hand-built ones of tests/helpers/inspection_runs.py (known shards, endpoints and planted
+defects) and tests/helpers/repair.py; preflight talks to a real simulator over HTTP."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from tests.conftest import SimProcess
 from tests.helpers import SIM_FLAGS
-from tests.test_audit import write_planted
-from tests.test_inspection_runs import B, build_run, row, write
-from tests.test_repair import ACCEPTED, _rows
-from tests.test_repair import _run as repair_run
+from tests.helpers.inspection_runs import B, build_run, row, write
+from tests.helpers.planted_defects import write_planted
+from tests.helpers.processes import SimProcess
+from tests.helpers.repair import ACCEPTED, original_rows, repair_run
 
 Capture = pytest.CaptureFixture[str]
 
@@ -175,7 +174,7 @@ def test_export_partial_over_a_damaged_part(run: Path, tmp_path: Path, capsys: C
 def test_export_repaired_original_and_on_reject(tmp_path: Path, capsys: Capture) -> None:
     moved = tmp_path / "elsewhere" / "data.jsonl"  # not the run's input.path: only --original finds it
     moved.parent.mkdir()
-    moved.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
+    moved.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()))
     run = repair_run(tmp_path, tmp_path / "gone.jsonl", ACCEPTED, ["again"])
     argv = ["export", str(run), "--format", "repaired", "--original", str(moved)]
     code, said = regen_main(capsys, *argv, "--out", str(tmp_path / "kept"))

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config import load_config
-from tests.conftest import regen
+from tests.helpers.processes import regen
 
 
 @pytest.fixture(autouse=True)
@@ -197,7 +197,7 @@ def test_a_folder_that_is_not_a_run_exits_2(tmp_path: Path, capsys: pytest.Captu
 
 
 def _finished_run(tmp_path: Path) -> Path:
-    from tests.test_inspection_runs import build_run
+    from tests.helpers.inspection_runs import build_run
 
     return build_run(tmp_path)
 

@@ -29,7 +29,7 @@ from pipeline.errors import FatalEndpointError
 from pipeline.records import Prompt
 from pipeline.sim import SimConfig, prompt_key, serve
 from pipeline.sim.faults import FaultPlan
-from tests.conftest import MemorySink
+from tests.helpers.memory_sink import MemorySink
 
 MODEL = "Qwen3.6-27B"
 

@@ -27,7 +27,7 @@ from pipeline.engine.metrics import Metrics
 from pipeline.errors import EndpointError
 from pipeline.records import Prompt
 from pipeline.sim import SimConfig, serve
-from tests.conftest import MemorySink
+from tests.helpers.memory_sink import MemorySink
 
 MODEL = "Qwen3.6-27B"
 SLOTS = 8

@@ -18,7 +18,7 @@ from pipeline.dataset.export import export_run
 from pipeline.dataset.hub import push_to_hub
 from pipeline.errors import ConfigError
 from pipeline.store.manifest import mark_simulated, updating_manifest
-from tests.test_export_shapes import make_conversation_run
+from tests.helpers.conversation_runs import make_conversation_run
 
 pytest.importorskip("huggingface_hub")
 

@@ -13,9 +13,8 @@ import duckdb
 import orjson
 import pytest
 
-from tests.conftest import ROOT, SimProcess, regen
-from tests.test_export_specforge import SPECFORGE
-from tests.test_export_tokenized import masked_runs, tokenizer_dir  # noqa: F401  (the module's fixture)
+from tests.helpers.paths import ROOT, SPECFORGE
+from tests.helpers.processes import SimProcess, regen
 
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "60")
 
@@ -59,7 +58,7 @@ def _leaks(folder: Path, urls: list[str]) -> list[str]:
 def test_every_format_of_a_real_run_loads_and_names_no_endpoint(
     tmp_path: Path,
     sim,
-    tokenizer_dir: Path,  # noqa: F811
+    tokenizer_dir: Path,
 ) -> None:
     servers: list[SimProcess] = [sim(*SIM), sim(*SIM)]
     urls = [servers[0].url, servers[1].url.replace("127.0.0.1", "localhost")]

@@ -13,9 +13,8 @@ import orjson
 import pytest
 
 from pipeline.dataset.export import export_run
-from tests.test_export_shapes import conv_row, make_conversation_run, rows
-
-SPECFORGE = Path(__file__).parent / "fixtures" / "specforge"
+from tests.helpers.conversation_runs import conv_row, make_conversation_run, rows
+from tests.helpers.paths import SPECFORGE
 
 
 def validate(path: Path, *flags: str) -> subprocess.CompletedProcess[str]:

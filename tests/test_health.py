@@ -25,7 +25,7 @@ from pipeline.engine.metrics import Metrics
 from pipeline.errors import EndpointError, RegenError
 from pipeline.records import Prompt
 from pipeline.sim import SimConfig, serve
-from tests.conftest import MemorySink
+from tests.helpers.memory_sink import MemorySink
 
 MODEL = "Qwen3.6-27B"
 CFG = Config(generation=GenerationConfig(model=MODEL, max_tokens=2048), client=ClientConfig(max_attempts=1))

@@ -1,4 +1,4 @@
-"""inspect_run and run_status over hand-built RUN_DIRs with planted defects (see test_inspection_runs.py).
+"""inspect_run and run_status over hand-built RUN_DIRs with planted defects (see tests/helpers/inspection_runs.py).
 
 Expected filter counts were cross-checked with an independent DuckDB query over the same files.
 """
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_inspection_runs import LOOP, T0, A, B, C, add_journal, build_run, row, write
 
 from pipeline.inspection import (
     WhereError,
@@ -24,6 +23,7 @@ from pipeline.inspection import (
 from pipeline.inspection.scan import sample_ranges
 from pipeline.inspection.textmeasures import looping_text
 from pipeline.inspection.textview import elide
+from tests.helpers.inspection_runs import LOOP, T0, A, B, C, add_journal, build_run, row, write
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from pipeline.loops import (
     find_loop,
     tail_loop,
 )
-from tests.conftest import SHARED, needs_shared
+from tests.helpers.paths import SHARED, needs_shared
 
 
 def _tail_loop_unbounded(text: str, offset: int = 0) -> Loop | None:

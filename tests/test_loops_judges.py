@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_inspection_runs import row, write
 
 from pipeline.cli import main
 from pipeline.inspection import inspect_run
-from tests.conftest import SHARED, needs_shared
+from tests.helpers.inspection_runs import row, write
+from tests.helpers.paths import SHARED, needs_shared
 
 TRACES = SHARED / "traces"
 pytestmark = needs_shared("traces", "normal.jsonl")

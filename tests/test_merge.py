@@ -16,6 +16,7 @@ from pipeline.errors import ConfigError, LockedError, OutputError
 from pipeline.schema import reject_schema, shard_schema, to_table
 from pipeline.store.files import committed_parts
 from pipeline.store.merge import PLAN, finish_interrupted_merge, merge_run
+from tests.helpers.exactly_once import committed_ids
 
 
 def _rows(start: int, n: int, **extra: Any) -> list[dict[str, Any]]:
@@ -36,10 +37,6 @@ def make_run(run_dir: Path, sizes: list[int], *, folder: str = "shards") -> list
     return ids
 
 
-def _ids(folder: Path) -> list[str]:
-    return [i for p in committed_parts(folder) for i in pq.read_table(p, columns=["id"]).column("id").to_pylist()]
-
-
 def _sizes(folder: Path) -> list[int]:
     return sorted((pq.ParquetFile(p).metadata.num_rows for p in committed_parts(folder)), reverse=True)
 
@@ -47,14 +44,14 @@ def _sizes(folder: Path) -> list[int]:
 def test_merge_keeps_every_id_once_in_target_sized_files(tmp_path: Path) -> None:
     sizes = [37 + (i * 53) % 120 for i in range(37)]
     make_run(tmp_path, sizes)
-    ids = _ids(tmp_path / "shards")
+    ids = committed_ids(tmp_path, "shards")
     before = pq.read_table(committed_parts(tmp_path / "shards"))
     result = merge_run(tmp_path, target_rows=1000, row_group_rows=256)
     total = sum(sizes)
     assert result["before_files"] == 37 and result["rows"] == total
     assert _sizes(tmp_path / "shards") == [1000] * (total // 1000) + [total % 1000]
     assert result["after_files"] == total // 1000 + 1
-    merged = _ids(tmp_path / "shards")
+    merged = committed_ids(tmp_path, "shards")
     assert Counter(merged) == Counter(ids) and len(merged) == len(set(merged))
     assert merged == ids  # and in the same order
     assert pq.read_table(committed_parts(tmp_path / "shards")).equals(before)
@@ -82,14 +79,14 @@ def test_rejects_are_merged_only_when_asked(tmp_path: Path) -> None:
     merge_run(tmp_path, target_rows=100)
     assert len(committed_parts(tmp_path / "rejects")) == 3
     merge_run(tmp_path, target_rows=100, rejects=True)
-    assert _sizes(tmp_path / "rejects") == [15] and _ids(tmp_path / "rejects") == reject_ids
+    assert _sizes(tmp_path / "rejects") == [15] and committed_ids(tmp_path, "rejects") == reject_ids
     assert pq.read_table(committed_parts(tmp_path / "rejects")[0]).column("reason").to_pylist() == ["truncated"] * 15
 
 
 def _interrupt(run_dir: Path, outputs_done: int) -> tuple[list[str], list[str]]:
     """Simulate a crash after `outputs_done` outputs were renamed into place, before any input was deleted."""
     make_run(run_dir, [40] * 5)
-    ids = _ids(run_dir / "shards")
+    ids = committed_ids(run_dir, "shards")
     inputs = [p.name for p in committed_parts(run_dir / "shards")]
     table = pq.read_table([run_dir / "shards" / n for n in inputs])
     outputs = [{"name": f"merged-{i:012x}.parquet", "rows": 100} for i in range(2)]
@@ -103,9 +100,9 @@ def _interrupt(run_dir: Path, outputs_done: int) -> tuple[list[str], list[str]]:
 
 def test_interrupted_merge_with_every_output_written_is_completed(tmp_path: Path) -> None:
     ids, inputs = _interrupt(tmp_path, outputs_done=2)
-    assert len(_ids(tmp_path / "shards")) == 2 * len(ids)  # the crash left every id twice
+    assert len(committed_ids(tmp_path, "shards")) == 2 * len(ids)  # the crash left every id twice
     assert finish_interrupted_merge(tmp_path) == {"action": "completed", "dir": "shards", "inputs": 5, "outputs": 2}
-    assert _ids(tmp_path / "shards") == ids and _sizes(tmp_path / "shards") == [100, 100]
+    assert committed_ids(tmp_path, "shards") == ids and _sizes(tmp_path / "shards") == [100, 100]
     assert not (tmp_path / PLAN).exists() and not any(p.name.startswith(".") for p in (tmp_path / "shards").iterdir())
     assert finish_interrupted_merge(tmp_path) is None
 
@@ -113,16 +110,16 @@ def test_interrupted_merge_with_every_output_written_is_completed(tmp_path: Path
 def test_interrupted_merge_with_missing_outputs_is_rolled_back(tmp_path: Path) -> None:
     ids, inputs = _interrupt(tmp_path, outputs_done=1)
     assert finish_interrupted_merge(tmp_path) == {"action": "rolled_back", "dir": "shards", "inputs": 5, "outputs": 2}
-    assert [p.name for p in committed_parts(tmp_path / "shards")] == inputs and _ids(tmp_path / "shards") == ids
+    assert [p.name for p in committed_parts(tmp_path / "shards")] == inputs and committed_ids(tmp_path, "shards") == ids
     result = merge_run(tmp_path, target_rows=100)  # and the merge can simply be run again
-    assert _ids(tmp_path / "shards") == ids and result["after_files"] == 2
+    assert committed_ids(tmp_path, "shards") == ids and result["after_files"] == 2
 
 
 def test_merge_run_recovers_an_interrupted_merge_first(tmp_path: Path) -> None:
     ids, _ = _interrupt(tmp_path, outputs_done=2)
     result = merge_run(tmp_path, target_rows=1000)
     assert result["recovered"]["action"] == "completed"
-    assert _ids(tmp_path / "shards") == ids and _sizes(tmp_path / "shards") == [200]
+    assert committed_ids(tmp_path, "shards") == ids and _sizes(tmp_path / "shards") == [200]
 
 
 def test_recovery_refuses_a_plan_whose_inputs_and_outputs_are_both_incomplete(tmp_path: Path) -> None:
@@ -155,7 +152,7 @@ def test_rollback_refuses_when_an_input_lost_rows(tmp_path: Path) -> None:
 
 def test_a_failing_merge_rolls_back_at_once(tmp_path: Path) -> None:
     make_run(tmp_path, [30] * 4)
-    ids = _ids(tmp_path / "shards")
+    ids = committed_ids(tmp_path, "shards")
     last = committed_parts(tmp_path / "shards")[-1]
     blob = bytearray(last.read_bytes())
     blob[4:200] = b"\xff" * 196  # data pages unreadable, footer intact: fails while the outputs are written
@@ -189,7 +186,7 @@ def test_merge_refuses_while_a_lock_is_held(tmp_path: Path, lock: str) -> None:
         holder.communicate("", timeout=10)
     assert len(committed_parts(tmp_path / "shards")) == 3
     merge_run(tmp_path, target_rows=100)  # the holder is gone: the merge goes ahead
-    assert _ids(tmp_path / "shards") == ids
+    assert committed_ids(tmp_path, "shards") == ids
 
 
 def test_merge_refuses_while_journals_hold_rows(tmp_path: Path) -> None:

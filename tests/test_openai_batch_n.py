@@ -17,7 +17,7 @@ from pipeline.inputs.batch_lines import MAX_ROW_SAMPLES
 from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Prompt, RequestOverrides
 from pipeline.schema import reject_schema, shard_schema, to_table
-from tests.conftest import regen
+from tests.helpers.processes import regen
 
 
 def request(custom_id: str, **body: Any) -> dict[str, Any]:

@@ -2,11 +2,10 @@ import asyncio
 
 import pytest
 
-from pipeline.config import ClientConfig, GenerationConfig
-from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.pool import Pool
 from pipeline.endpoints.state import DEGRADED, DOWN, HEALTHY, EndpointState
 from pipeline.errors import EndpointError, RetryableRequestError
+from tests.helpers.endpoint_states import endpoint
 
 
 class Clock:
@@ -15,11 +14,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def endpoint(url: str, capacity: int) -> EndpointState:
-    client = EndpointClient(url, gen=GenerationConfig(), client=ClientConfig(), concurrency=capacity)
-    return EndpointState(client=client, capacity=capacity)
 
 
 def test_least_outstanding_relative_to_capacity() -> None:

@@ -5,7 +5,7 @@ import asyncio
 
 from pipeline.endpoints.pool import Pool
 from pipeline.endpoints.state import DOWN, EndpointState
-from tests.test_pool import endpoint
+from tests.helpers.endpoint_states import endpoint
 
 
 def _pool(*eps: EndpointState, wait: float = 5.0) -> Pool:

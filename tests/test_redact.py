@@ -9,7 +9,7 @@ import orjson
 
 from pipeline.dataset.export import export_run
 from pipeline.dataset.redact import REDACTED, Hosts
-from tests.test_export_shapes import make_conversation_run
+from tests.helpers.conversation_runs import make_conversation_run
 
 
 def test_whole_names_only() -> None:

@@ -17,47 +17,9 @@ from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
 from pipeline.dataset.repair import ROWS, export_repaired
 from pipeline.errors import ConfigError, RegenError
 from pipeline.inputs.ids import content_id
+from tests.helpers.repair import ACCEPTED, Q, original_rows, repair_run
 
-Q = {"role": "user", "content": "Why is the sky blue?"}
 SHORT = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
-
-
-def _rows() -> list[dict[str, Any]]:
-    return [
-        {"id": "clean", "messages": [Q, {"role": "assistant", "content": "Rayleigh.", "reasoning_content": "r"}]},
-        {"id": "field", "messages": [Q, {"role": "assistant", "content": "", "reasoning_content": "", "x": 1}]},
-        {"id": "inline", "messages": [Q, {"role": "assistant", "content": "<think>cut off"}]},
-        {"id": "again", "messages": [Q, {"role": "assistant", "content": ""}]},
-        {"id": "missing", "messages": [Q]},
-        {"id": "sharegpt", "conversations": [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": ""}]},
-        {"id": "pending", "messages": [Q, {"role": "assistant", "content": ""}]},
-    ]
-
-
-def _run(tmp_path: Path, original: Path, accepted: dict[str, list[tuple[str | None, str]]], rejected: list[str],
-         **input_kw: Any) -> Path:  # fmt: skip
-    run = tmp_path / "run"
-    (run / "shards").mkdir(parents=True)
-    (run / "rejects").mkdir()
-    cfg = Config(input=InputConfig(path=str(original), **input_kw))
-    (run / "run.json").write_bytes(orjson.dumps({"config": cfg.to_dict()}))
-    turns = [
-        {"id": i, "turns": [{"reasoning": r, "answer": a, "endpoint": "sim"} for r, a in t]}
-        for i, t in accepted.items()
-    ]
-    pq.write_table(pa.Table.from_pylist(turns), run / "shards" / "part-0.parquet")
-    pq.write_table(
-        pa.table({"id": rejected, "reason": ["empty_answer"] * len(rejected)}), run / "rejects" / "r.parquet"
-    )
-    return run
-
-
-ACCEPTED = {
-    "field": [("new reasoning", "new answer")],
-    "inline": [("thought", "done")],
-    "missing": [("why", "because")],
-    "sharegpt": [("hmm", "A.")],
-}
 
 
 def _written(path: Path) -> list[dict[str, Any]]:
@@ -72,12 +34,12 @@ def _written(path: Path) -> list[dict[str, Any]]:
 def test_each_row_gets_its_fate_and_reasoning_where_the_original_keeps_it(tmp_path: Path, suffix: str) -> None:
     original = tmp_path / "in" / f"data{suffix}"
     original.parent.mkdir()
-    rows = _rows()
+    rows = original_rows()
     if suffix == ".json":
         original.write_bytes(orjson.dumps(rows))
     else:
         original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    report = export_repaired(_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
+    report = export_repaired(repair_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
     out = {r["id"]: r for r in _written(tmp_path / "out" / original.name)}
     assert list(out) == [r["id"] for r in rows]
     assert out["clean"] == rows[0] and out["again"] == rows[3] and out["pending"] == rows[6]
@@ -95,8 +57,8 @@ def test_each_row_gets_its_fate_and_reasoning_where_the_original_keeps_it(tmp_pa
 
 def test_drop_leaves_rejected_rows_out_and_lists_them(tmp_path: Path) -> None:
     original = tmp_path / "data.jsonl"
-    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
-    run = _run(tmp_path, original, ACCEPTED, ["again"])
+    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()))
+    run = repair_run(tmp_path, original, ACCEPTED, ["again"])
     report = export_repaired(run, original=str(original), out=tmp_path / "out", on_reject="drop")
     assert "again" not in {r["id"] for r in _written(tmp_path / "out" / "data.jsonl")}
     assert report["dropped"] == 1 and b'"again"' in (tmp_path / "out" / ROWS).read_bytes()
@@ -104,10 +66,10 @@ def test_drop_leaves_rejected_rows_out_and_lists_them(tmp_path: Path) -> None:
 
 def test_parquet_uses_the_message_structs_reasoning_field(tmp_path: Path) -> None:
     original = tmp_path / "data.parquet"
-    rows = [r for r in _rows() if "messages" in r and r["id"] != "missing"]
+    rows = [r for r in original_rows() if "messages" in r and r["id"] != "missing"]
     table = pa.Table.from_pylist([{**r, "score": float(i)} for i, r in enumerate(rows)])
     pq.write_table(table, original)
-    export_repaired(_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
+    export_repaired(repair_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
     out = pq.read_table(tmp_path / "out" / "data.parquet")
     assert out.schema == table.schema
     got = {r["id"]: r for r in out.to_pylist()}
@@ -122,7 +84,7 @@ def test_rows_without_ids_match_by_the_readers_content_hash(tmp_path: Path) -> N
     rows = [{"messages": [Q, {"role": "assistant", "content": ""}]}, {"messages": SHORT}]
     original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     hashed = content_id([{"role": "system", "content": "Be brief."}, Q, {"role": "assistant", "content": ""}])
-    run = _run(tmp_path, original, {hashed: [("r", "fixed")]}, [], system_prompt="Be brief.")
+    run = repair_run(tmp_path, original, {hashed: [("r", "fixed")]}, [], system_prompt="Be brief.")
     report = export_repaired(run, original=None, out=tmp_path / "out")
     out = _written(tmp_path / "out" / "data.jsonl")
     assert out[0]["messages"][1]["content"] == "<think>\nr\n</think>\n\nfixed" and out[1] == rows[1]
@@ -139,7 +101,7 @@ def test_copies_of_a_rejected_conversation_share_its_fate_and_an_unchecked_repea
             {"id": "missing", "messages": [Q]}]  # fmt: skip
     original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     hashed = content_id([Q, {"role": "assistant", "content": ""}])
-    run = _run(tmp_path, original, {"missing": [("why", "because")]}, [hashed, "again"])
+    run = repair_run(tmp_path, original, {"missing": [("why", "because")]}, [hashed, "again"])
     report = export_repaired(run, original=None, out=tmp_path / "out", on_reject="drop")
     assert [r.get("id") for r in _written(tmp_path / "out" / "data.jsonl")] == ["again", "missing"]
     assert _written(tmp_path / "out" / "data.jsonl")[0] == rows[3]
@@ -149,12 +111,12 @@ def test_copies_of_a_rejected_conversation_share_its_fate_and_an_unchecked_repea
 def test_a_failed_export_leaves_the_previous_output_and_a_rerun_completes(tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
-    (folder / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
-    run = _run(tmp_path, folder, ACCEPTED, [])
+    (folder / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()))
+    run = repair_run(tmp_path, folder, ACCEPTED, [])
     out = tmp_path / "out"
     export_repaired(run, original=None, out=out)
     before = (out / "a.jsonl").read_bytes()
-    (folder / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()[:2]))
+    (folder / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()[:2]))
     (folder / "c.jsonl.gz").write_bytes(b"not gzip")  # fails after a.jsonl and b.jsonl were written hidden
     with pytest.raises(RegenError, match="c.jsonl.gz"):
         export_repaired(run, original=f"{folder}/*.jsonl*", out=out)
@@ -169,8 +131,8 @@ def test_a_failed_export_leaves_the_previous_output_and_a_rerun_completes(tmp_pa
 
 def test_the_output_never_overwrites_the_original(tmp_path: Path) -> None:
     original = tmp_path / "data.jsonl"
-    original.write_bytes(orjson.dumps(_rows()[0]) + b"\n")
-    run = _run(tmp_path, original, {}, [])
+    original.write_bytes(orjson.dumps(original_rows()[0]) + b"\n")
+    run = repair_run(tmp_path, original, {}, [])
     with pytest.raises(ConfigError, match="holds original files"):
         export_repaired(run, original=None, out=tmp_path)
     with pytest.raises(ConfigError, match="inside the run directory"):
@@ -183,8 +145,8 @@ def test_the_output_never_overwrites_the_original(tmp_path: Path) -> None:
 
 def test_the_card_counts_each_fate_by_reason_and_names_no_endpoint(tmp_path: Path) -> None:
     original = tmp_path / "data.jsonl"
-    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in _rows()))
-    run = _run(tmp_path, original, ACCEPTED, ["again"])
+    original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()))
+    run = repair_run(tmp_path, original, ACCEPTED, ["again"])
     cfg = Config(
         input=InputConfig(path=str(original)),
         endpoints=(EndpointConfig(url="http://gpu-node-7.internal:30000"),),
@@ -212,7 +174,7 @@ def test_from_first_bad_turn_puts_the_new_turns_after_the_kept_ones(tmp_path: Pa
     original = tmp_path / "data.jsonl"
     original.write_bytes(orjson.dumps({"id": "row", "messages": messages}) + b"\n")
     new = [("r2", "two"), ("r3", "three again"), ("r4", "four")]
-    run = _run(tmp_path, original, {"row": new}, [], repair="from_first_bad_turn")
+    run = repair_run(tmp_path, original, {"row": new}, [], repair="from_first_bad_turn")
     report = export_repaired(run, original=None, out=tmp_path / "out")
     out = _written(tmp_path / "out" / "data.jsonl")[0]["messages"]
     assert report["repaired"] == 1 and out[:3] == messages[:3]

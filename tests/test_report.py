@@ -15,9 +15,9 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
-from test_inspection_runs import build_run
 
 from pipeline.inspection import inspect_run, write_html
+from tests.helpers.inspection_runs import build_run
 
 REASONING_BLUE = (0x4C, 0x72, 0xB0)  # the reasoning histogram's bar colour (report.py)
 ANSWER_ORANGE = (0xDD, 0x84, 0x52)

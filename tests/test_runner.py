@@ -25,7 +25,7 @@ from pipeline.config import ClientConfig, Config, EndpointConfig, GenerationConf
 from pipeline.engine.runner import Runner, RunOptions, worker_from_env
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.sim import SimConfig, serve
-from tests.conftest import committed_ids
+from tests.helpers.exactly_once import committed_ids
 
 MODEL = "Qwen3.6-27B"
 PROMPTS = 16

@@ -11,7 +11,7 @@ import pytest
 from pipeline.sim import SimConfig
 from pipeline.sim.prefix_cache import PrefixCache, blocks
 from pipeline.sim.text import count_prompt_tokens
-from tests.test_sim_server import run
+from tests.helpers.sim_in_process import run
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 20}
 

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from pipeline.sim import SimConfig, prompt_key, serve
+from pipeline.sim import SimConfig, prompt_key
+from tests.helpers.sim_in_process import run
 
 MSGS = [{"role": "user", "content": "What is 6 times 7?"}]
-
-Check = Callable[[httpx.AsyncClient], Awaitable[None]]
-
-
-def run(config: SimConfig, check: Check) -> None:
-    async def main() -> None:
-        async with serve(config) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
-            await check(client)
-
-    asyncio.run(main())
 
 
 def chat_body(**kw: Any) -> dict[str, Any]:

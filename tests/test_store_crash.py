@@ -2,12 +2,10 @@
 
 import random
 import textwrap
-from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from pipeline.store import RunStore
+from tests.helpers.exactly_once import committed
 from tests.store_writers import Writer, outcome
 
 TOTAL = 1500
@@ -55,14 +53,6 @@ def _run(run_dir: Path, seed: int, *, retry: bool, kill_after: list[tuple[int, f
     return outcome(writers)
 
 
-def _committed(run_dir: Path) -> Counter[str]:
-    ids: list[str] = []
-    for sub in ("shards", "rejects"):
-        for path in (run_dir / sub).glob("*.parquet"):
-            ids += pq.read_table(path).column("id").to_pylist()  # reads every column: files are complete
-    return Counter(ids)
-
-
 def test_repeated_sigkill_loses_nothing_synced_and_duplicates_nothing(tmp_path):
     rng = random.Random(20240601)
     run = tmp_path / "run"
@@ -78,13 +68,13 @@ def test_repeated_sigkill_loses_nothing_synced_and_duplicates_nothing(tmp_path):
         store = RunStore(run, worker_index=0, num_workers=1, keep_fields=())
         store.open()  # recovery alone restores the invariant
         store.close()
-        counts = _committed(run)
+        counts = committed(run)  # reads every column: files are complete
         assert [pid for pid, n in counts.items() if n > 1] == []
         assert synced_ever <= set(counts)
     assert kills >= 10  # of 12 writers; one may still finish if its last prompts came before the kill
     _, finished = _run(run, seed=99, retry=False, kill_after=[None, None])
     assert finished == 2
-    counts = _committed(run)
+    counts = committed(run)
     assert [pid for pid, n in counts.items() if n > 1] == []
     assert synced_ever <= set(counts)
     assert set(counts) == {f"p{i}" for i in range(TOTAL)}

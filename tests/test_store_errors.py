@@ -21,7 +21,7 @@ import pytest
 from pipeline.errors import OutputError
 from pipeline.store import RunStore
 from pipeline.store import synthetic as syn
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 
 def _store(run_dir: Path) -> RunStore:

@@ -1,9 +1,6 @@
 """Recovery against the other rewriters of a RUN_DIR: an interrupted `regen merge`, an interrupted quarantine."""
 
-from collections import Counter
 from pathlib import Path
-
-import pyarrow.parquet as pq
 
 import pipeline.store.merge as merge
 import pipeline.store.quarantine as quarantine
@@ -12,6 +9,7 @@ from pipeline.store import RunStore
 from pipeline.store import synthetic as syn
 from pipeline.store.shards import UNSTORABLE
 from tests.helpers import assert_exactly_once
+from tests.helpers.exactly_once import placements
 
 
 def _store(run_dir: Path, shard_rows: int = 10) -> RunStore:
@@ -26,16 +24,6 @@ def _write(run_dir: Path, rows: list[dict], shard_rows: int = 10) -> None:
     store.close()
 
 
-def _placed(run_dir: Path) -> dict[str, Counter[str]]:
-    """{id: Counter(file name)} over every committed file, each read whole (so each must be complete)."""
-    placed: dict[str, Counter[str]] = {}
-    for sub in ("shards", "rejects"):
-        for path in sorted((run_dir / sub).glob("*.parquet")):
-            for i in pq.read_table(path).column("id").to_pylist():
-                placed.setdefault(i, Counter())[f"{sub}/{path.name}"] += 1
-    return placed
-
-
 def _reopen(run_dir: Path) -> None:
     store = _store(run_dir)
     store.open()
@@ -45,7 +33,7 @@ def _reopen(run_dir: Path) -> None:
 def _where_once(run_dir: Path, ids: set[str]) -> dict[str, str]:
     """{id: the one file that holds it}, after the shared exactly-once check."""
     assert_exactly_once(run_dir, ids, exact=True)
-    return {i: next(iter(c)) for i, c in _placed(run_dir).items()}
+    return {i: next(iter(c)) for i, c in placements(run_dir).items()}
 
 
 def _interrupted_merge(run_dir: Path) -> None:
@@ -102,7 +90,7 @@ def test_an_interrupted_quarantine_is_completed_not_undone(tmp_path: Path) -> No
     bad = {"b1", "b2"}
     _write(run, [syn.accepted(i) for i in sorted(good)] + [_bad(i) for i in sorted(bad)], shard_rows=100)
     _interrupted_quarantine(run)
-    assert {i for i, c in _placed(run).items() if c.total() > 1} == bad  # in the shard and in the quarantine
+    assert {i for i, c in placements(run).items() if c.total() > 1} == bad  # in the shard and in the quarantine
 
     _reopen(run)
     where = _where_once(run, good | bad)
@@ -116,7 +104,7 @@ def test_a_retry_accepted_after_quarantine_keeps_its_shard_row(tmp_path: Path) -
     quarantine.validate_run(run, quarantine=True)
     # A --retry-rejects run accepted b1 again and was killed before it removed the old quarantine row.
     _write(run, [syn.accepted("b1")], shard_rows=100)
-    assert _placed(run)["b1"].total() == 2
+    assert placements(run)["b1"].total() == 2
 
     _reopen(run)
     where = _where_once(run, {"g0", "b1"})

@@ -7,7 +7,6 @@ import random
 import shutil
 import textwrap
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pipeline.store import RunStore, commitlog
 from pipeline.store import synthetic as syn
 from pipeline.store.objects import WRITER_MARK, S3Objects, parse_uri, uri_text
 from pipeline.store.remote import local_copy, prepare_output
+from tests.helpers.exactly_once import committed
 from tests.objectstore import BUCKET, S3Server, serve_s3
 from tests.store_writers import Writer, outcome
 
@@ -43,14 +43,6 @@ def _write(run_dir: Path, ids: list[str]) -> None:
         if i % 7 == 6:
             store.sync_blocking()
     store.close()
-
-
-def _committed(run_dir: Path) -> Counter[str]:
-    ids: list[str] = []
-    for sub in ("shards", "rejects"):
-        for path in sorted((run_dir / sub).glob("*.parquet")):
-            ids += pq.read_table(path).column("id").to_pylist()
-    return Counter(ids)
 
 
 def _fresh_view(s3: S3Server, tmp_path: Path, name: str) -> Path:
@@ -78,7 +70,7 @@ def test_a_run_round_trips_through_the_bucket(s3: S3Server, tmp_path: Path) -> N
     _write(run_dir, ids)
     view = _fresh_view(s3, tmp_path, "other-node")
     assert view != run_dir
-    assert sorted(_committed(view)) == sorted(ids) and max(_committed(view).values()) == 1
+    assert sorted(committed(view)) == sorted(ids) and max(committed(view).values()) == 1
     keys = s3.keys("runs/r1/")
     assert "runs/r1/_regen/log/000000000000.json" in keys
     parts = [k for k in keys if k.endswith(".parquet")]
@@ -119,7 +111,7 @@ def test_orphan_uploads_are_invisible_and_cleaned_by_their_worker(s3: S3Server, 
     _orphan(s3, "part-w0-00077-0badc0de.parquet")  # an upload whose commit record was never written
     _orphan(s3, "part-w1-00003-0badc0de.parquet")  # worker 1's: maybe a live upload, kept until it is old
     view = _fresh_view(s3, tmp_path, "reader")
-    assert "orphan-1" not in _committed(view)
+    assert "orphan-1" not in committed(view)
     store = _store(prepare_output(URI))
     store.open()
     store.close()
@@ -156,8 +148,8 @@ def test_rewrites_reach_the_bucket_as_one_record(s3: S3Server, tmp_path: Path) -
     store.open()
     store.close()
     view = _fresh_view(s3, tmp_path, "reader")
-    assert max(_committed(view).values()) == 1
-    assert sorted(_committed(view)) == sorted(f"p{i}" for i in range(40))
+    assert max(committed(view).values()) == 1
+    assert sorted(committed(view)) == sorted(f"p{i}" for i in range(40))
 
 
 WRITER = textwrap.dedent(
@@ -219,12 +211,12 @@ def test_repeated_sigkill_in_a_bucket_run_loses_nothing_synced(s3: S3Server, tmp
             view = _fresh_view(s3, tmp_path, f"reader-{round}")  # what another node sees: never a duplicate
         except InputError:  # killed before its first commit
             continue
-        assert [pid for pid, n in _committed(view).items() if n > 1] == []
+        assert [pid for pid, n in committed(view).items() if n > 1] == []
     assert kills >= 3
     _, finished = _writers(total, 99, [None, None])
     assert finished == 2
     view = _fresh_view(s3, tmp_path, "final")
-    counts = _committed(view)
+    counts = committed(view)
     assert [pid for pid, n in counts.items() if n > 1] == []
     assert synced_ever <= set(counts) and set(counts) == {f"p{i}" for i in range(total)}
 
@@ -239,7 +231,7 @@ def test_a_lost_node_costs_at_most_remote_sync_s(s3: S3Server, tmp_path: Path) -
     assert finished == 0
     shutil.rmtree(prepare_output(URI))  # the node is gone, its disk with it
     view = _fresh_view(s3, tmp_path, "new-node")
-    counts = _committed(view)
+    counts = committed(view)
     lost = synced - set(counts)
     rate = len(synced) / max(elapsed, 1e-3)
     assert max(counts.values()) == 1 and set(counts) <= synced

@@ -4,22 +4,13 @@ the next run, without --retry-rejects; verdicts stay done. A retried id leaves i
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from pipeline.store import RunStore, id_hash
 from pipeline.store import synthetic as syn
+from tests.helpers.exactly_once import FOLDERS, committed_ids
 
 
 def _store(run_dir: Path) -> RunStore:
     return RunStore(run_dir, worker_index=0, num_workers=1, keep_fields=(), shard_rows=10, row_group_rows=4)
-
-
-def _placed(run_dir: Path) -> Counter[tuple[str, str]]:
-    out: Counter[tuple[str, str]] = Counter()
-    for sub in ("shards", "rejects"):
-        for path in (run_dir / sub).glob("*.parquet"):
-            out.update((sub, i) for i in pq.read_table(path).column("id").to_pylist())
-    return out
 
 
 def test_exhausted_retries_are_pending_again_and_leave_rejects_when_they_land(tmp_path: Path) -> None:
@@ -37,7 +28,8 @@ def test_exhausted_retries_are_pending_again_and_leave_rejects_when_they_land(tm
     assert state.rejected == 1
     store.add_accepted(syn.accepted("transport"))
     store.close()
-    assert _placed(tmp_path) == Counter({("shards", "good"): 1, ("rejects", "verdict"): 1, ("shards", "transport"): 1})
+    placed = Counter((sub, i) for sub in FOLDERS for i in committed_ids(tmp_path, sub, whole=True))
+    assert placed == Counter({("shards", "good"): 1, ("rejects", "verdict"): 1, ("shards", "transport"): 1})
 
     state = _store(tmp_path).open()
     assert {id_hash(i) in state.done for i in ("good", "verdict", "transport")} == {True}

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.store import RunStore, committed_ids, id_hash, iter_journal_rows
 from pipeline.store import synthetic as syn
-from tests.helpers import assert_exactly_once
+from tests.helpers import assert_exactly_once, exactly_once
 
 
 def _store(run_dir: Path, **kw) -> RunStore:
@@ -22,14 +22,6 @@ def _store(run_dir: Path, **kw) -> RunStore:
         keep_fields=kw.pop("keep_fields", ()),
         **kw,
     )
-
-
-def _ids(run_dir: Path, sub: str) -> list[str]:
-    """Every id of every committed part in `sub`, reading each file whole (so all must be complete)."""
-    ids: list[str] = []
-    for path in sorted((run_dir / sub).glob("*.parquet")):
-        ids += pq.read_table(path).column("id").to_pylist()
-    return ids
 
 
 def _fill(store: RunStore, ids, reject_every: int = 0) -> None:
@@ -267,8 +259,8 @@ def test_crash_after_a_retried_id_is_journaled_keeps_the_new_completion(tmp_path
 
     state = _store(run).open()
     assert state.recovered_rows == 1
-    assert _ids(run, "shards") == ["x"]
-    assert _ids(run, "rejects") == []
+    assert exactly_once.committed_ids(run, "shards", whole=True) == ["x"]
+    assert exactly_once.committed_ids(run, "rejects", whole=True) == []
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["live", "recovered"])

@@ -23,7 +23,7 @@ from pipeline.inputs.reader import PromptReader
 from pipeline.records import BadInput, Completion, Prompt
 from pipeline.sim import SimConfig, serve
 from pipeline.validator import validate
-from tests.conftest import SHARED, needs_shared
+from tests.helpers.paths import SHARED, needs_shared
 
 LLAMAFACTORY = SHARED / "datasets" / "llamafactory"
 GLAIVE = LLAMAFACTORY / "glaive_toolcall_en_demo.json"

@@ -7,11 +7,11 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from test_inspection_runs import build_run
 
 from pipeline.config import ValidateConfig
 from pipeline.inspection import format_validate, inspect_run, validate_run
 from pipeline.store import quarantine as q
+from tests.helpers.inspection_runs import build_run
 
 EMPTY = {f"p{i:05d}" for i in range(100, 120)}  # shard 0002's empty answers
 LOOPING = {f"p{i:05d}" for i in range(120, 130)}

@@ -1,24 +1,22 @@
 """What the tests share: the simulator flags most runs use, a config and prompts file for a run, the one
-exactly-once check of a RUN_DIR, and `wait_until`, the poll tests synchronise with (on state, never on a sleep).
+exactly-once check of a RUN_DIR (tests/helpers/exactly_once.py), and `wait_until`, the poll tests synchronise with
+(on state, never on a sleep).
 
-`assert_exactly_once` asks the store's own duplicate scan (`pipeline.store.scan.duplicates`, the index `regen
-status` and resume read) and cross-checks it against the ids read straight from the Parquet parts, so the check
-fails if the scan ever missed a duplicate, and names the duplicated ids and their files when it finds one.
+Tests share this package and the fixtures of tests/conftest.py, never another test module or a conftest
+(tests/test_tests_layout.py): a builder two test files need lives in a module here, under a public name.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import orjson
 
-from pipeline.store.scan import duplicates
-from tests.conftest import committed_ids
+from tests.helpers.exactly_once import assert_exactly_once
 
 __all__ = ["PROMPTS", "SIM_FLAGS", "assert_exactly_once", "wait_until", "write_config", "write_prompts"]
 
@@ -72,22 +70,6 @@ concurrency = 16
 """
     )
     return cfg
-
-
-def assert_exactly_once(
-    run_dir: Path, ids: list[str] | set[str], *, exact: bool = False
-) -> tuple[list[str], list[str]]:
-    """Every id of `ids` committed exactly once, in shards or rejects (with `exact`, nothing else committed);
-    returns (accepted ids, rejected ids) as read from the parts."""
-    scan = duplicates(Path(run_dir))
-    assert scan["count"] == 0, f"ids committed more than once: {scan['examples']}"
-    good, bad = committed_ids(Path(run_dir), "shards"), committed_ids(Path(run_dir), "rejects")
-    both = Counter(good + bad)
-    assert [k for k, v in both.items() if v > 1] == [], "the store's duplicate scan missed these"
-    assert set(ids) <= set(both), f"missing: {sorted(set(ids) - set(both))[:5]}"
-    if exact:
-        assert set(both) == set(ids), f"not asked for: {sorted(set(both) - set(ids))[:5]}"
-    return good, bad
 
 
 SIM_FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300")

@@ -20,8 +20,9 @@ import httpx
 from pipeline.config import ClientConfig, GenerationConfig
 from pipeline.endpoints.client import EndpointClient
 from pipeline.records import Prompt
-from tests.conftest import read_rows, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers.exactly_once import read_rows
+from tests.helpers.processes import regen
 
 SLOTS = 64
 # 300-token completions at 7,680 tok/s shared by 64 slots: ~2.5 s each, five times connect_timeout_s.

@@ -8,8 +8,10 @@ import datasets
 import orjson
 
 from pipeline.inputs.batch_lines import BATCH_URL
-from tests.conftest import ROOT, committed_ids, read_rows, regen
 from tests.helpers import SIM_FLAGS
+from tests.helpers.exactly_once import committed_ids, read_rows
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 
 BATCH = ROOT / "data" / "sample_batch.jsonl"
 

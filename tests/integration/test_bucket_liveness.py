@@ -19,9 +19,10 @@ import pytest
 
 from pipeline.inspection import format_status, run_status
 from pipeline.store import heartbeat
-from tests.conftest import ROOT, regen
 from tests.helpers import SIM_FLAGS
-from tests.integration.test_bucket_run import RUN, _config, _final_view
+from tests.helpers.bucket_runs import RUN, bucket_run_config, final_view
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 from tests.objectstore import BUCKET, S3Server, serve_s3
 
 LEASE = "runs/e2e/_regen/leases/worker-0.json"
@@ -64,7 +65,7 @@ def _wait_for_start(s3: S3Server, proc: subprocess.Popen[str], tmp_path: Path) -
 
 def test_status_from_another_node_shows_the_worker_live_then_dead_after_sigkill(tmp_path: Path, sim, s3) -> None:
     server = sim(*SIM_FLAGS, "--decode-rate", "1000", "--max-running-requests", "4")
-    cfg, _ = _config(tmp_path, s3, server.url, n=400)
+    cfg, _ = bucket_run_config(tmp_path, s3, server.url, n=400)
     cfg.write_text(cfg.read_text().replace("sync_interval_s = 0.2", f"sync_interval_s = 0.2\nlease_s = {LEASE_S}"))
     proc = _start(cfg, tmp_path)
     try:
@@ -89,7 +90,7 @@ def test_status_from_another_node_shows_the_worker_live_then_dead_after_sigkill(
 def test_a_lease_of_a_worker_on_another_host_goes_stale_at_its_expiry(tmp_path: Path, sim, s3) -> None:
     """No process to look for on another host: the lease is the only sign of life, live until it expires."""
     server = sim(*SIM_FLAGS, "--decode-rate", "1000", "--max-running-requests", "4")
-    cfg, _ = _config(tmp_path, s3, server.url, n=400)
+    cfg, _ = bucket_run_config(tmp_path, s3, server.url, n=400)
     proc = _start(cfg, tmp_path)
     try:
         _wait_for_start(s3, proc, tmp_path)
@@ -99,7 +100,7 @@ def test_a_lease_of_a_worker_on_another_host_goes_stale_at_its_expiry(tmp_path: 
     client = s3.client()
     note = orjson.loads(client.get_object(Bucket=BUCKET, Key=LEASE)["Body"].read())
     client.put_object(Bucket=BUCKET, Key=LEASE, Body=orjson.dumps({**note, "host": "gpu-node-7"}))
-    copy = _final_view(tmp_path)
+    copy = final_view(tmp_path)
     [before] = run_status(copy, now=note["since"] + 1)["workers"]
     assert (before["host"], before["live"], before["heartbeat_age_s"]) == ("gpu-node-7", True, 1.0)
     after = run_status(copy, now=note["expires"] + 1)

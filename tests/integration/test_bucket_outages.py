@@ -18,9 +18,10 @@ from botocore.config import Config as BotoConfig
 
 from pipeline.errors import StoreUnavailableError
 from pipeline.store.objects import S3Objects, parse_uri
-from tests.conftest import ROOT, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once
-from tests.integration.test_bucket_run import RUN, _config, _final_view
+from tests.helpers.bucket_runs import RUN, bucket_run_config, final_view
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 from tests.objectstore import BUCKET, S3Server, serve_s3
 from tests.storeproxy import StoreProxy
 
@@ -34,7 +35,7 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
 
 
 def _bucket_config(tmp_path: Path, s3: S3Server, url: str, n: int, output: str = "") -> tuple[Path, list[str]]:
-    cfg, ids = _config(tmp_path, s3, url, n=n)
+    cfg, ids = bucket_run_config(tmp_path, s3, url, n=n)
     text = cfg.read_text().replace("sync_interval_s = 0.2", f"sync_interval_s = 0.2\n{output}")
     cfg.write_text(text.replace("[output]", f'[output]\njournal_dir = "{tmp_path / "node"}"'))
     return cfg, ids
@@ -69,7 +70,7 @@ def test_a_12_second_outage_is_ridden_out(tmp_path: Path, sim, s3: S3Server) -> 
     assert rc == 0, err
     assert proxy.dropped > 0 and "retrying in" in err
     assert ended - dropped_at >= 12.0  # its last commit needed the store back: it rode the outage out, not before it
-    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
+    assert_exactly_once(final_view(tmp_path), ids, exact=True)
 
 
 def test_a_store_that_stays_down_is_exit_3_after_the_retry_window(s3: S3Server) -> None:
@@ -128,7 +129,7 @@ def test_a_bucket_emptied_mid_run_stops_the_worker_and_its_rerun_with_exit_3(tmp
 @pytest.mark.parametrize("lost", [0, 1], ids=["record-0", "a-middle-record"])
 def test_every_reader_reports_a_log_with_lost_records_as_damaged(tmp_path: Path, sim, s3: S3Server, lost: int) -> None:
     server = sim(*SIM_FLAGS)
-    cfg, _ = _config(tmp_path, s3, server.url, n=120)
+    cfg, _ = bucket_run_config(tmp_path, s3, server.url, n=120)
     assert regen("run", str(cfg), "--no-progress").returncode == 0
     assert len(s3.keys(LOG)) >= 3
     s3.client().delete_object(Bucket=BUCKET, Key=f"{LOG}{lost:012d}.json")
@@ -141,10 +142,10 @@ def test_every_reader_reports_a_log_with_lost_records_as_damaged(tmp_path: Path,
 
 def test_an_object_regen_did_not_write_is_never_deleted(tmp_path: Path, sim, s3: S3Server) -> None:
     server = sim(*SIM_FLAGS)
-    cfg, ids = _config(tmp_path, s3, server.url, n=60)
+    cfg, ids = bucket_run_config(tmp_path, s3, server.url, n=60)
     foreign = "runs/e2e/shards/part-w0-00000-deadbeef.parquet"  # named like a part of worker 0
     s3.client().put_object(Bucket=BUCKET, Key=foreign, Body=b"someone else's file")
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert foreign in s3.keys()
-    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
+    assert_exactly_once(final_view(tmp_path), ids, exact=True)

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store.remote import local_copy
-from tests.conftest import ROOT, committed_ids, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers.bucket_runs import RUN, bucket_run_config, final_view
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 from tests.objectstore import ACCESS_KEY, BUCKET, SECRET_KEY, S3Server, serve_s3
-
-RUN = f"s3://{BUCKET}/runs/e2e"
-INPUT = f"s3://{BUCKET}/inputs/prompts.jsonl"
 
 
 @pytest.fixture
@@ -25,25 +24,12 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     yield from serve_s3(tmp_path, monkeypatch)
 
 
-def _config(tmp_path: Path, s3: S3Server, url: str, n: int, extra: str = "") -> tuple[Path, list[str]]:
-    ids = write_prompts(tmp_path / "prompts.jsonl", n=n)
-    s3.client().upload_file(str(tmp_path / "prompts.jsonl"), BUCKET, "inputs/prompts.jsonl")
-    cfg = write_config(tmp_path, url, extra=extra)
-    text = cfg.read_text().replace(str(tmp_path / "prompts.jsonl"), INPUT).replace(str(tmp_path / "run"), RUN)
-    cfg.write_text(text)
-    return cfg, ids
-
-
-def _final_view(tmp_path: Path, name: str = "reader") -> Path:
-    return local_copy(RUN, journal_dir=str(tmp_path / name))
-
-
 def test_a_run_in_a_bucket_finishes_and_every_reader_works_on_its_uri(tmp_path: Path, sim, s3: S3Server) -> None:
     server = sim(*SIM_FLAGS)
-    cfg, ids = _config(tmp_path, s3, server.url, n=120)
+    cfg, ids = bucket_run_config(tmp_path, s3, server.url, n=120)
     outputs = [regen("run", str(cfg), "--no-progress")]
     assert outputs[0].returncode == 0, outputs[0].stderr
-    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
+    assert_exactly_once(final_view(tmp_path), ids, exact=True)
     outputs.append(status := regen("status", RUN, "--json"))
     assert status.returncode == 0, status.stderr
     outputs.append(exported := regen("export", RUN, "--format", "chat", "--out", str(tmp_path / "export")))
@@ -53,7 +39,7 @@ def test_a_run_in_a_bucket_finishes_and_every_reader_works_on_its_uri(tmp_path: 
     outputs.append(regen("inspect", RUN))
     outputs.append(regen("validate", RUN))
     assert all(o.returncode == 0 for o in outputs[-2:]), outputs[-1].stderr
-    after_merge = _final_view(tmp_path, "after-merge")
+    after_merge = final_view(tmp_path, "after-merge")
     assert_exactly_once(after_merge, ids, exact=True)
     assert len(list((after_merge / "shards").glob("*.parquet"))) == 1
     # no credential anywhere: outputs, the bucket's objects, every local file the run or the readers wrote
@@ -99,21 +85,21 @@ def _wait_for_commit(s3: S3Server, proc: subprocess.Popen[str], timeout: float =
 
 def test_sigkill_mid_run_then_resume_is_exactly_once(tmp_path: Path, sim, s3: S3Server) -> None:
     server = sim(*SIM_FLAGS, "--decode-rate", "3000", "--max-running-requests", "16")
-    cfg, ids = _config(tmp_path, s3, server.url, n=300)
+    cfg, ids = bucket_run_config(tmp_path, s3, server.url, n=300)
     proc = _start(cfg)
     _wait_for_commit(s3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    partial = _final_view(tmp_path, "partial")
+    partial = final_view(tmp_path, "partial")
     assert 0 < len(committed_ids(partial, "shards") + committed_ids(partial, "rejects")) < 300
     result = regen("run", str(cfg), "--no-progress")
     assert result.returncode == 0, result.stderr
-    assert_exactly_once(_final_view(tmp_path), ids, exact=True)
+    assert_exactly_once(final_view(tmp_path), ids, exact=True)
 
 
 def test_a_second_process_on_the_same_worker_exits_4(tmp_path: Path, sim, s3: S3Server) -> None:
     server = sim(*SIM_FLAGS, "--decode-rate", "1000", "--max-running-requests", "4")
-    cfg, _ = _config(tmp_path, s3, server.url, n=400)
+    cfg, _ = bucket_run_config(tmp_path, s3, server.url, n=400)
     first = _start(cfg)
     try:
         _wait_for_commit(s3, first)

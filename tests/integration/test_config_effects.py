@@ -18,9 +18,10 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import ROOT, SimProcess, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, wait_until, write_config, write_prompts
-from tests.test_inspection_runs import build_run, row, write
+from tests.helpers.inspection_runs import build_run, row, write
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess, regen
 
 
 def _set(cfg: Path, section: str, line: str) -> None:

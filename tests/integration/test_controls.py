@@ -10,8 +10,9 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import ROOT, SimProcess, regen
 from tests.helpers import SIM_FLAGS, write_config, write_prompts
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess, regen
 
 
 def _run(tmp_path: Path, server: SimProcess, *args: str) -> Path:

@@ -18,8 +18,9 @@ from pipeline.inputs.reader import PromptReader
 from pipeline.records import Prompt
 from pipeline.sim import prompt_key
 from pipeline.store.journal import TURN, list_journals, read_journal
-from tests.conftest import ROOT, SimProcess, regen
 from tests.helpers import assert_exactly_once, wait_until
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess, regen
 
 DATA = ROOT / "data" / "sample_conversations.jsonl"
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")

@@ -11,8 +11,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.conftest import SimProcess, committed_ids, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.processes import SimProcess, regen
 
 Sim = Callable[..., SimProcess]
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ROOT, SimProcess
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess
 
 
 def test_two_automatic_workers_never_oversubscribe_a_shared_server(tmp_path: Path, sim) -> None:

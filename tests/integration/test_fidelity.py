@@ -20,7 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import committed_ids, read_rows, regen
+from tests.helpers.exactly_once import committed_ids, read_rows
+from tests.helpers.processes import regen
 from tests.helpers.repetitive import LEGIT, escaped_table_row, runaway
 
 REASONING = "The user wants exactly this; I will write it out and stop."

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import ROOT, SHARED, needs_shared, regen
 from tests.helpers import SIM_FLAGS, write_config, write_prompts
+from tests.helpers.paths import ROOT, SHARED, needs_shared
+from tests.helpers.processes import regen
 
 DATASETS = SHARED / "datasets"
 pytestmark = needs_shared("datasets")

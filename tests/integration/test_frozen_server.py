@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
-from tests.integration.test_endpoints import config, start_run, wait_for
+from tests.helpers.endpoint_runs import config, start_run, wait_for
 
 TIMED = ("--decode-rate", "1200", "--max-running-requests", "8", "--disconnect-check", "0.4")  # 300 tokens: ~2 s
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.conftest import SimProcess, regen
 from tests.helpers import assert_exactly_once, write_config, write_prompts
+from tests.helpers.processes import SimProcess, regen
 
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "300")
 # Requests of ~0.3-1 s; every timeout scaled with them: request_timeout_s 60 stands for an hour.

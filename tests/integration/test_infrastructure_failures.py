@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tests.conftest import SimProcess, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers.processes import SimProcess, regen
 
 
 def _reasons(run_dir: Path) -> Counter[str]:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from tests.conftest import ROOT, SHARED, committed_ids, needs_shared, regen
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT, SHARED, needs_shared
+from tests.helpers.processes import regen
 
 DATASETS = SHARED / "datasets"
 pytestmark = needs_shared("datasets")

@@ -13,7 +13,9 @@ import orjson
 import pytest
 
 from pipeline.config import load_config
-from tests.conftest import ROOT, committed_ids, regen
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 
 SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "50")
 

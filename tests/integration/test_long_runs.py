@@ -22,8 +22,10 @@ import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT, committed_ids, regen
 from tests.helpers import SIM_FLAGS, write_config, write_prompts
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 
 # ~700 tokens a completion at 20,000 tok/s in all: ~30 completions/s, so 120 prompts take a few seconds.
 SLOW = (*SIM_FLAGS, "--decode-rate", "20000")

@@ -15,7 +15,8 @@ from pathlib import Path
 import orjson
 
 from pipeline.loops import find_loop
-from tests.conftest import committed_ids, read_rows, regen
+from tests.helpers.exactly_once import committed_ids, read_rows
+from tests.helpers.processes import regen
 
 PROMPTS = 200
 MAX_TOKENS = 12288  # ~49,000 characters: the guard stops a loop past 8,000 repeated (loops.GUARD_REPEAT)

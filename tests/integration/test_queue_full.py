@@ -19,8 +19,9 @@ import httpx
 import orjson
 
 from pipeline.sim.faults import in_burst
-from tests.conftest import read_rows, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers.exactly_once import read_rows
+from tests.helpers.processes import regen
 
 SLOTS = 16
 # 300-token completions at 4,000 tok/s shared by 16 slots: ~1.2 s each.

@@ -19,36 +19,12 @@ import pytest
 
 from pipeline import conversation
 from pipeline.inputs import conversations
-from tests.conftest import ROOT, SimProcess, committed_ids, regen
 from tests.helpers import assert_exactly_once, wait_until
-from tests.test_audit import planted_row, write_planted
-
-SIM = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "60")
-
-
-def _config(tmp_path: Path, data: Path, url: str, select: str = "all", repair: str = "conversation") -> Path:
-    cfg = tmp_path / "repair.toml"
-    cfg.write_text(
-        f"""
-[input]
-path = "{data}"
-select = "{select}"
-repair = "{repair}"
-[output]
-dir = "{tmp_path / "run"}"
-shard_rows = 50
-sync_interval_s = 0.1
-[generation]
-model = "Qwen3.6-27B"
-max_tokens = 512
-[client]
-backoff_base_s = 0.01
-[[endpoints]]
-url = "{url}"
-concurrency = 16
-"""
-    )
-    return cfg
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT
+from tests.helpers.planted_defects import planted_row, write_planted
+from tests.helpers.processes import SimProcess, regen
+from tests.helpers.repair import SIM, repair_config
 
 
 def _expected_requests(rows: list, failing: set[str]) -> int:
@@ -66,7 +42,7 @@ def test_select_invalid_sends_only_broken_rows_and_export_repairs_them(tmp_path:
     rows = write_planted(data, 330)
     failing = {r["id"] for r, reason, _ in rows if reason}
     server: SimProcess = sim(*SIM)
-    cfg = _config(tmp_path, data, server.url, select="invalid")
+    cfg = repair_config(tmp_path, data, server.url, select="invalid")
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr
     stats = server.stats()
@@ -120,7 +96,7 @@ def test_only_ids_sends_only_the_listed_rows(tmp_path: Path, sim) -> None:
     listed = ids.read_text().splitlines()
     assert listed and all(x.startswith("row:") for x in listed)
     server: SimProcess = sim(*SIM)
-    done = regen("run", str(_config(tmp_path, data, server.url)), "--only-ids", str(ids), "--no-progress")
+    done = regen("run", str(repair_config(tmp_path, data, server.url)), "--only-ids", str(ids), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert len(committed_ids(tmp_path / "run", "shards")) == len(listed)
     wanted = {int(x.removeprefix("row:")) for x in listed}
@@ -161,7 +137,7 @@ def test_a_sigkill_during_the_repair_run_and_the_export_ends_in_a_complete_outpu
     rows = write_planted(data, 660)
     failing = {r["id"] for r, reason, _ in rows if reason}
     server: SimProcess = sim(*SIM, "--decode-rate", "2000", "--max-running-requests", "8")
-    cfg = _config(tmp_path, data, server.url, select="invalid")
+    cfg = repair_config(tmp_path, data, server.url, select="invalid")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "--no-progress"], cwd=ROOT)
     # the kill lands mid-run: a part committed, requests running on the server, however fast the machine
     wait_until(
@@ -220,7 +196,7 @@ def test_from_first_bad_turn_generates_only_the_failing_turn_and_those_after_it(
     data = tmp_path / "data.jsonl"
     data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     server: SimProcess = sim(*SIM)
-    cfg = _config(tmp_path, data, server.url, select="invalid", repair="from_first_bad_turn")
+    cfg = repair_config(tmp_path, data, server.url, select="invalid", repair="from_first_bad_turn")
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert server.stats()["generations_total"] == 2  # turns 2 and 3 of the one failing row, not turn 1
@@ -260,7 +236,7 @@ def test_every_copy_of_a_repeated_conversation_gets_the_regenerated_turns(tmp_pa
     data = tmp_path / "data.jsonl"
     data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     server: SimProcess = sim(*SIM)
-    cfg = _config(tmp_path, data, server.url, select="invalid")
+    cfg = repair_config(tmp_path, data, server.url, select="invalid")
     cfg.write_text(cfg.read_text().replace("[output]", "dedupe = true\n[output]"))
     done = regen("run", str(cfg), "--no-progress")
     assert done.returncode == 0, done.stderr

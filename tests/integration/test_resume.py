@@ -14,8 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import ROOT, SimProcess, committed_ids, regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess, regen
 
 Sim = Callable[..., SimProcess]
 

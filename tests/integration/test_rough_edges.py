@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import regen
 from tests.helpers import SIM_FLAGS, write_config, write_prompts
+from tests.helpers.processes import regen
 
 
 def test_merge_says_nothing_to_merge_when_it_merged_nothing(tmp_path: Path, sim) -> None:

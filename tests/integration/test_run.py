@@ -12,8 +12,10 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
-from tests.conftest import ROOT, committed_ids, read_rows, regen
 from tests.helpers import PROMPTS, SIM_FLAGS, assert_exactly_once, write_config, write_prompts
+from tests.helpers.exactly_once import committed_ids, read_rows
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 
 
 def test_faulty_completions_never_reach_shards(tmp_path: Path, sim) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import orjson
 
-from tests.conftest import regen
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
+from tests.helpers.processes import regen
 
 SLOTS = 16
 # 300-token completions at 4,800 tok/s shared by 16 slots: ~1 s each.

@@ -20,8 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.store.synthetic import seed_dataset
-from tests.conftest import ROOT, SimProcess, committed_ids, regen
 from tests.helpers import assert_exactly_once
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess, regen
 
 ROWS = 20_000
 # sha256 of the repaired file this job writes. It was written by the repaired export as it was before it streamed

@@ -22,9 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.endpoints.server_view import NOT_REPORTED
 from pipeline.inspection import run_status
-from tests.conftest import ROOT, read_rows, regen
 from tests.helpers import SIM_FLAGS, wait_until, write_prompts
+from tests.helpers.exactly_once import read_rows
 from tests.helpers.fake_vllm import MODEL, FakeVllm, serve
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 
 DECODE = 3000  # tok/s of a full batch: each simulator's throughput while its 4 slots are busy
 BUSY = (*SIM_FLAGS, "--decode-rate", str(DECODE), "--max-running-requests", "4")

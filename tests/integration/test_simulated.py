@@ -17,8 +17,8 @@ import pytest
 from aiohttp import ClientSession, web
 
 from pipeline.config import load_config
-from tests.conftest import regen
 from tests.helpers import SIM_FLAGS, write_config, write_prompts
+from tests.helpers.processes import regen
 
 NO_ENDPOINTS = "no [[endpoints]]: add one with the server's url"
 EMBEDDED = "sim_args = [" + ", ".join(f'"{flag}"' for flag in SIM_FLAGS) + "]"  # `url = "sim"` serving the model

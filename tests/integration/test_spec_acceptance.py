@@ -10,8 +10,10 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import ROOT, read_rows, regen
 from tests.helpers import write_config, write_prompts
+from tests.helpers.exactly_once import read_rows
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 
 SPEC = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
 EAGLE = (*SPEC, "--speculative-algorithm", "EAGLE")

@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pyarrow.parquet as pq
 
-from tests.conftest import SimProcess, regen
 from tests.helpers import assert_exactly_once
+from tests.helpers.processes import SimProcess, regen
 
 # A capacity model (8 decoding at once, 200-token completions in ~0.1 s), so the pool is saturated and placement is
 # a real choice; every server reports cached tokens.

@@ -23,9 +23,10 @@ from pipeline.config import InputConfig
 from pipeline.inputs.reader import PromptReader
 from pipeline.records import Prompt
 from pipeline.sim import prompt_key
-from tests.conftest import ROOT, SHARED, SimProcess, needs_shared, regen
 from tests.helpers import assert_exactly_once
-from tests.test_export_tokenized import masked_runs, tokenizer_dir  # noqa: F401 (a fixture)
+from tests.helpers.paths import ROOT, SHARED, needs_shared
+from tests.helpers.processes import SimProcess, regen
+from tests.helpers.tokenizer import masked_runs
 
 LLAMAFACTORY = SHARED / "datasets" / "llamafactory"
 pytestmark = needs_shared("datasets")
@@ -77,7 +78,7 @@ def _requests(prompt: Prompt, row: dict[str, Any]) -> list[list[dict[str, Any]]]
     return [conversation.request(prompt.messages, prompt.positions, k, answers) for k in range(len(prompt.positions))]
 
 
-def test_glaive_runs_with_its_tools_and_exports_in_every_shape(tmp_path: Path, sim, tokenizer_dir: Path) -> None:  # noqa: F811
+def test_glaive_runs_with_its_tools_and_exports_in_every_shape(tmp_path: Path, sim, tokenizer_dir: Path) -> None:
     audit = regen("audit", str(GLAIVE), "--json")
     assert audit.returncode in (0, 1), audit.stderr
     assert "bad_input" not in orjson.loads(audit.stdout)["by_reason"]  # 0 tool rows unreadable

@@ -12,8 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import committed_ids, read_rows, regen
+from tests.helpers.exactly_once import committed_ids, read_rows
 from tests.helpers.fake_vllm import MODEL, FakeVllm, serve
+from tests.helpers.processes import regen
 
 LOOP = "Wait, I should double-check the parity argument once more before answering, to be sure. "
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ROOT, SimProcess
 from tests.helpers import SIM_FLAGS, assert_exactly_once, wait_until, write_config, write_prompts
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import SimProcess
 
 
 def test_a_server_warming_up_at_start_joins_once_ready(tmp_path: Path, sim) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import committed_ids, regen
+from tests.helpers.exactly_once import committed_ids
+from tests.helpers.processes import regen
 
 FLAGS = ("--served-model-name", "Qwen3.6-27B", "--reasoning-parser", "qwen3", "--mean-output-tokens", "200")
 

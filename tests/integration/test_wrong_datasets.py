@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SimProcess, committed_ids, read_rows, regen
-from tests.integration.test_repair_run import SIM, _config
+from tests.helpers.exactly_once import committed_ids, read_rows
+from tests.helpers.processes import SimProcess, regen
+from tests.helpers.repair import SIM, repair_config
 
 
 def _empty_answer(row_id: str, question: str) -> dict:
@@ -39,7 +40,7 @@ def test_an_id_with_a_newline_is_bad_input_and_cannot_split_the_id_list(tmp_path
     assert "control character" in report["examples"]["bad_input"][0]["detail"]
 
     server: SimProcess = sim(*SIM)
-    done = regen("run", str(_config(tmp_path, data, server.url)), "--only-ids", str(ids), "--no-progress")
+    done = regen("run", str(repair_config(tmp_path, data, server.url)), "--only-ids", str(ids), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert committed_ids(tmp_path / "run", "shards") == ["plain"]  # `victim` was never sent
     assert server.stats()["generations_total"] == 1
@@ -69,7 +70,7 @@ def _read(path: Path) -> list[dict]:
 def _repair_run(tmp_path: Path, sim, data: Path, rows: list[dict]) -> Path:
     _write(data, rows)
     server: SimProcess = sim(*SIM)
-    done = regen("run", str(_config(tmp_path, data, server.url, select="invalid")), "--no-progress")
+    done = regen("run", str(repair_config(tmp_path, data, server.url, select="invalid")), "--no-progress")
     assert done.returncode == 0, done.stderr
     return tmp_path / "run"
 
@@ -136,7 +137,7 @@ def test_export_refuses_a_run_with_damaged_or_empty_parts_unless_asked_for_a_par
     server: SimProcess = sim(*SIM)
     data = tmp_path / "data.jsonl"
     _write(data, [_empty_answer(f"r{i:03d}", f"Question {i}?") for i in range(120)])
-    cfg = _config(tmp_path, data, server.url)
+    cfg = repair_config(tmp_path, data, server.url)
     assert regen("run", str(cfg), "--no-progress").returncode == 0
     run = tmp_path / "run"
     first, second = sorted((run / "shards").glob("*.parquet"))[:2]

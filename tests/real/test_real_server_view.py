@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from pipeline.inspection import run_status
-from tests.conftest import ROOT
 from tests.helpers import wait_until, write_prompts
+from tests.helpers.paths import ROOT
 from tests.real.vllm_server import MODEL_NAME, VllmServer
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]

@@ -19,8 +19,10 @@ import orjson
 import pytest
 
 from pipeline.config import load_config
-from tests.conftest import ROOT, read_rows, regen
 from tests.helpers import assert_exactly_once, wait_until, write_prompts
+from tests.helpers.exactly_once import read_rows
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import regen
 from tests.real.vllm_server import CONTEXT, MODEL_NAME, VllmServer
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]  # the first test waits for the server's start

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "real_server.sh"
 MODEL_NAME = "tiny-qwen3"
