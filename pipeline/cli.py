@@ -1,4 +1,7 @@
-"""The `regen` command line: parse argv, load config, draw progress, map errors to exit codes. No logic here."""
+"""The `regen` command line: parse argv, load config, draw progress, map errors to exit codes. No logic here.
+
+A composition root: `run`, `preflight` and `init` are handed the embedded simulator (`pipeline.sim.embedded`) that
+serves an endpoint `url = "sim"`; the engine and preflight do not import the simulator."""
 
 from __future__ import annotations
 
@@ -260,6 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, bar: bool) -> int:
     from .dataset.audit import read_ids
     from .engine.runner import RunOptions, run, worker_from_env
+    from .sim import embedded  # the composition root serves `url = "sim"`; the engine does not import the simulator
 
     overrides = list(args.set)
     if args.output:
@@ -286,7 +290,7 @@ def _run(args: argparse.Namespace, bar: bool) -> int:
 
     with Progress(enabled=bar, limit=args.limit) as progress:
         try:
-            summary = run(cfg, options, on_progress=progress.update)
+            summary = run(cfg, options, on_progress=progress.update, simulator=embedded)
         except Interrupted as exc:  # the counts so far, then the resume hint (main)
             if exc.summary is not None:
                 done: Any = exc.summary
@@ -313,12 +317,14 @@ def _say(message: str, level: int = logging.INFO) -> None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from .server.preflight import format_preflight, preflight
+    from .sim import embedded
 
     cfg = with_endpoints(load_config(args.config, args.set), args.endpoint)
     check_endpoints(cfg, args.config)
     check_api_keys(cfg, args.config)
     tools = _input_has_tools(cfg)
-    result = asyncio.run(preflight(cfg, urls=args.endpoint or None, probe=not args.no_probe, tools=tools))
+    urls, probe = args.endpoint or None, not args.no_probe
+    result = asyncio.run(preflight(cfg, urls=urls, probe=probe, tools=tools, simulator=embedded))
     _print_json(result) if args.json else print(format_preflight(result))
     return 0 if result["ok"] else 1
 
@@ -489,10 +495,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .engine.init_config import MARK, init_config
+    from .sim import embedded
 
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out} exists; remove it or choose another --out")
-    result = init_config(args.dataset, args.endpoint)
+    result = init_config(args.dataset, args.endpoint, simulator=embedded)
     for note in result.notes:
         _say(f"note: {note}")
     if args.out is None:

@@ -108,6 +108,9 @@ class ClientConfig:
     server_view_interval_s: float = 10.0  # read each server's own figures (/metrics, /v1/loads); 0 = off
 
 
+SIM_URL = "sim"  # an endpoint url that asks for the embedded simulator (check_url), served for the length of a run
+
+
 @dataclass(frozen=True)
 class EndpointConfig:
     url: str = "http://127.0.0.1:30000"

@@ -81,8 +81,8 @@ def run(
 ) -> Any:
     """`regen run`: generate (or resume) and return the RunSummary (`.metrics` holds the counts the command prints;
     `.run_dir`). Raises `regen.Interrupted` (with `.summary`) when stopped, other RegenErrors as the command exits."""
+    from pipeline import run as run_config  # the facade: it serves `url = "sim"` with the embedded simulator
     from pipeline.engine.runner import RunOptions
-    from pipeline.engine.runner import run as run_config
 
     cfg = with_endpoints(load(config, overrides), endpoints)
     check_endpoints(cfg)
@@ -102,7 +102,7 @@ def run(
 
 def preflight(config: ConfigLike, *, overrides: Sequence[str] = (), endpoints: Sequence[str] = ()) -> dict[str, Any]:
     """`regen preflight --json`: {ok, endpoints: [{url, ok, checks, info}]}."""
-    from pipeline.server.preflight import preflight as preflight_config
+    from pipeline import preflight as preflight_config  # the facade, as `run` above
 
     cfg = with_endpoints(load(config, overrides), endpoints)
     check_endpoints(cfg)

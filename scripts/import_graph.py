@@ -52,11 +52,11 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "store": frozenset({"shared"}),
     "endpoints": frozenset({"shared", "sglang"}),
     "sim": frozenset({"shared", "sglang"}),
-    "server": frozenset({"shared", "sglang", "endpoints", "sim"}),
+    "server": frozenset({"shared", "sglang", "endpoints"}),
     "inputs": frozenset({"shared", "store"}),
     "dataset": frozenset({"shared", "store", "inputs"}),
     "inspection": frozenset({"shared", "store"}),
-    "engine": frozenset({"shared", "sglang", "store", "endpoints", "sim", "server", "inputs", "dataset"}),
+    "engine": frozenset({"shared", "sglang", "store", "endpoints", "server", "inputs", "dataset"}),
     "cli": frozenset(
         {"shared", "sglang", "store", "endpoints", "sim", "server", "inputs", "dataset", "inspection", "engine"}
     ),

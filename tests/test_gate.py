@@ -16,11 +16,12 @@ import httpx
 import pytest
 
 from pipeline.config import ClientConfig, Config, EndpointConfig, GenerationConfig
+from pipeline.endpoints.autosize import capacity_of
 from pipeline.endpoints.client import EndpointClient
 from pipeline.endpoints.health import HealthMonitor
 from pipeline.endpoints.pool import Pool
 from pipeline.endpoints.state import DOWN, HEALTHY, RETIRED, EndpointState
-from pipeline.engine.gate import Gate, capacity_of
+from pipeline.engine.gate import Gate
 from pipeline.errors import PreflightError
 from pipeline.sim import SimConfig, serve
 

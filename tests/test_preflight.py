@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pipeline import preflight  # the facade: it serves `url = "sim"` with the embedded simulator
 from pipeline.cli import main
 from pipeline.config import config_from_dict
 from pipeline.server import server_args
@@ -20,7 +21,6 @@ from pipeline.server.preflight import (
     PROBE_RID_PREFIX,
     fingerprint_changes,
     format_preflight,
-    preflight,
     preflight_endpoint,
     server_fingerprint,
 )

@@ -5,5 +5,5 @@ statuses to regen's errors (`failures`); request payloads and response parsing; 
 looping generation as it arrives (`loop_guard`); the parser-off reasoning split (`reasoning`); the endpoint life
 cycle (`lifecycle`, `state`); least-loaded and sticky choice (`pool`); the circuit breaker (`breaker`); push-back
 from a full server (`pushback`); health probes (`health`); automatic concurrency and fair shares (`autosize`); the
-retry policy (`retry`).
+retry policy (`retry`); endpoint membership, the run's endpoints and the endpoints file read mid-run (`fleet`).
 """

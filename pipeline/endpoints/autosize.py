@@ -36,6 +36,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from ..config import EndpointConfig
 from ..errors import RegenError
 from .pool import Pool
 from .retry import control_interval_s
@@ -43,6 +44,12 @@ from .state import DEGRADED, HEALTHY, EndpointState
 
 QUEUE_SHARE = 0.1
 MIN_QUEUE = 2
+AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
+
+
+def capacity_of(spec: EndpointConfig) -> tuple[int, bool]:
+    """(initial capacity, whether it is automatic)."""
+    return (spec.concurrency, False) if spec.concurrency > 0 else (AUTO_DEFAULT, True)
 
 
 def full_batch(max_running: int, workers: int = 1) -> int:

@@ -16,8 +16,8 @@ import logging
 import time
 from typing import Any
 
-from ..config import Config, EndpointConfig, api_key_for
-from ..endpoints.autosize import full_batch
+from ..config import Config, api_key_for
+from ..endpoints.autosize import AUTO_DEFAULT, full_batch
 from ..endpoints.health import NOT_YET
 from ..endpoints.pool import Pool
 from ..endpoints.state import EndpointState
@@ -26,8 +26,6 @@ from ..server.checks import EndpointReport, judge_tool_parser
 from ..server.preflight import check_endpoint, fingerprint_changes, format_preflight, server_fingerprint
 
 log = logging.getLogger("regen.preflight")
-
-AUTO_DEFAULT = 64  # capacity of a concurrency-0 endpoint whose server advertises none
 
 
 def _warming_up(report: EndpointReport) -> bool:
@@ -158,10 +156,14 @@ class Gate:
             )
         return "restarted with a different configuration: " + "; ".join(changes) if changes else None
 
-
-def capacity_of(spec: EndpointConfig) -> tuple[int, bool]:
-    """(initial capacity, whether it is automatic)."""
-    return (spec.concurrency, False) if spec.concurrency > 0 else (AUTO_DEFAULT, True)
+    def advertised_capacity(self, url: str) -> int | None:
+        """The concurrency cap preflight read from the server (a router: its workers' together), or None."""
+        report = self.results.get(url)
+        if report is None:
+            return None
+        reports = [w for w in report.workers if w.reachable] if report.workers else [report]
+        caps = [r.info.get("effective_max_running_requests") for r in reports]
+        return sum(c for c in caps if isinstance(c, int)) if caps and all(isinstance(c, int) for c in caps) else None
 
 
 def _unreachable(report: EndpointReport) -> str:

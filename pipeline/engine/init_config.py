@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ..config import EndpointConfig, config_from_dict
+from ..endpoints.fleet import StartSimulator
 from ..errors import InputError
 from ..inputs.batch_lines import SAMPLING_FIELDS
 from ..inputs.sniff import SNIFF_ROWS, Shape, sniff
@@ -40,11 +41,14 @@ class InitResult:
     notes: list[str] = field(default_factory=list)  # what the user should know (also in the file's head)
 
 
-def init_config(dataset: str, endpoints: list[str], *, rows: int = SNIFF_ROWS) -> InitResult:
-    """The config for `dataset` against `endpoints` (none: a local server's default URL, marked)."""
+def init_config(
+    dataset: str, endpoints: list[str], *, rows: int = SNIFF_ROWS, simulator: StartSimulator | None = None
+) -> InitResult:
+    """The config for `dataset` against `endpoints` (none: a local server's default URL, marked; `sim` is served by
+    `simulator`, as preflight says)."""
     shape = sniff(dataset, rows)
     _refuse_unusable(dataset, shape, rows)
-    served = asyncio.run(_served(endpoints)) if endpoints else {}
+    served = asyncio.run(_served(endpoints, simulator)) if endpoints else {}
     notes = _notes(shape, served, endpoints)
     return InitResult(_render(dataset, shape, endpoints, served, notes), shape, notes)
 
@@ -67,10 +71,10 @@ def _refuse_unusable(dataset: str, shape: Shape, limit: int) -> None:
     raise InputError("\n".join(lines))
 
 
-async def _served(urls: list[str]) -> dict[str, Any]:
+async def _served(urls: list[str], simulator: StartSimulator | None) -> dict[str, Any]:
     """What the first reachable endpoint reports: {model, expect: {key: value}, url}, or {error}."""
     cfg = config_from_dict({"endpoints": [{"url": u} for u in urls]})
-    result = await preflight(cfg, urls=urls, probe=False)
+    result = await preflight(cfg, urls=urls, probe=False, simulator=simulator)
     for ep in result["endpoints"]:
         info = ep.get("info") or {}
         if ep.get("reachable") and info.get("served_models"):

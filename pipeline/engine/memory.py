@@ -130,6 +130,13 @@ def return_free_memory() -> None:
         libc.malloc_trim(0)
 
 
+async def keep_returning_free_memory(interval_s: float = TRIM_INTERVAL_S) -> None:
+    """`return_free_memory` every `interval_s` for the length of a run (until cancelled)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        return_free_memory()
+
+
 @functools.cache
 def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")

@@ -9,9 +9,12 @@ are documented in docs/metrics.md.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -22,6 +25,7 @@ from prometheus_client.registry import Collector
 from ..endpoints.state import DEGRADED, DOWN, DRAINING, HEALTHY, RETIRED
 from ..errors import ConfigError
 
+log = logging.getLogger("regen.run")
 STATES = (HEALTHY, DEGRADED, DOWN, DRAINING, RETIRED)
 SERVER_GAUGES = (  # each server's own figures, as its /metrics or /v1/loads gave them (docs/metrics.md)
     ("regen_server_running_requests", "running", "requests the server is running, every client's"),
@@ -57,6 +61,21 @@ class Exporter(Collector):
         except OSError as exc:
             raise ConfigError(f"output.metrics_port: cannot serve metrics on {self.host}:{self.port}: {exc}") from None
         self.port = self._server.server_port
+
+    @asynccontextmanager
+    async def serving(self, linger_s: float) -> AsyncIterator[None]:
+        """Serve /metrics for the length of the run when a port is set, and `linger_s` longer after a run that ended
+        without an error: a last scrape sees the final counts."""
+        if not self.port:
+            yield
+            return
+        self.start()
+        log.info("metrics at %s", self.url, extra={"event": "metrics", "url": self.url})
+        try:
+            yield
+            await asyncio.sleep(linger_s)
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         if self._server is not None and self._thread is not None:

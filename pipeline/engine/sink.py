@@ -21,7 +21,7 @@ class Sink(Protocol):
 
 class CountingSink:
     """The store as the dispatcher sees it: counts stored rows by endpoint and logs prompts out of retries.
-    `on_add` is called after every row or turn handed on (the runner's early sync: see `Runner._syncer`)."""
+    `on_add` is called after every row or turn handed on (the early sync: see `commits.py`)."""
 
     def __init__(self, sink: Sink, metrics: Metrics, on_add: Callable[[], None] | None = None):
         self.sink = sink

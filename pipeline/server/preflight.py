@@ -21,11 +21,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-from ..config import ClientConfig, Config, EndpointConfig, api_key_for
+from ..config import SIM_URL, ClientConfig, Config, EndpointConfig, api_key_for
 from ..endpoints import failures
+from ..endpoints.fleet import NO_SIMULATOR, StartSimulator
 from ..endpoints.retry import RetryPolicy
 from ..endpoints.transport import Transport
-from ..errors import EndpointDownError, RegenError, RetryableRequestError
+from ..errors import ConfigError, EndpointDownError, RegenError, RetryableRequestError
+from ..sglang.resolution import StartupRefused
 from . import server_args
 from .checks import (
     Check,
@@ -275,18 +277,24 @@ async def _check_workers(
 
 
 async def preflight(
-    cfg: Config, *, urls: list[str] | None = None, probe: bool = True, tools: bool = False
+    cfg: Config,
+    *,
+    urls: list[str] | None = None,
+    probe: bool = True,
+    tools: bool = False,
+    simulator: StartSimulator | None = None,
 ) -> dict[str, Any]:
     """Preflight every endpoint at once: {ok, endpoints: [...]}. `url = "sim"` endpoints start the embedded
-    simulator with their sim_args for the duration; `urls` replaces the config's endpoints. `tools`: the input
-    has tools, so a server that parses no tool calls fails (a warning with `client.allow_no_tool_parser`)."""
+    simulator with their sim_args for the duration (`simulator`, which the composition root supplies: without it
+    they are a ConfigError); `urls` replaces the config's endpoints. `tools`: the input has tools, so a server that
+    parses no tool calls fails (a warning with `client.allow_no_tool_parser`)."""
     endpoints = [EndpointConfig(url=u) for u in urls] if urls else list(cfg.endpoints)
     async with AsyncExitStack() as stack:
         jobs = []
         for ep in endpoints:
             url = ep.url
-            if url == "sim":
-                url, refused = await _start_sim(stack, ep)
+            if url == SIM_URL:
+                url, refused = await _start_sim(stack, ep, simulator)
                 if refused:
                     jobs.append(_failed_start(ep, refused))
                     continue
@@ -310,13 +318,13 @@ def _with_tool_parser(report: EndpointReport, *, allowed: bool) -> EndpointRepor
     return dataclasses.replace(report, checks=report.checks + tuple(missing))
 
 
-async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig) -> tuple[str, str]:
+async def _start_sim(stack: AsyncExitStack, spec: EndpointConfig, simulator: StartSimulator | None) -> tuple[str, str]:
     """(the embedded simulator's URL, ""), or ("", SGLang's startup message) when it refuses these sim_args."""
-    from ..sim import SimConfig, SimStartupError, serve  # only imported when a config asks for the simulator
-
+    if simulator is None:
+        raise ConfigError(NO_SIMULATOR)
     try:
-        return str(await stack.enter_async_context(serve(SimConfig.from_argv(list(spec.sim_args))))), ""
-    except SimStartupError as exc:
+        return str(await stack.enter_async_context(simulator(spec.sim_args))), ""
+    except StartupRefused as exc:
         return "", f"{exc.kind}: {exc.message}"
 
 

@@ -16,6 +16,7 @@ worker index. A released lease is a worker that ended.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -27,6 +28,7 @@ import orjson
 
 from .layout import HEARTBEATS
 
+INTERVAL_S = 1.0  # a running worker beats about this often
 STALE_S = 15.0  # a beat older than this (about 15 missed beats) is a dead worker on another host
 RUNNING = "running"
 RELEASED = "released"  # a bucket worker that ended and let its lease go (finished, interrupted or stopped)
@@ -68,6 +70,14 @@ def beat(run_dir: Path, worker: int, started: float, state: str = RUNNING) -> No
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(orjson.dumps(data))
     os.replace(tmp, path)
+
+
+async def keep_beating(run_dir: Path, worker: int, started: float, interval_s: float = INTERVAL_S) -> None:
+    """This worker is alive (`regen status` tells a dead run from a slow one): a beat about every `interval_s`,
+    written off the event loop, until cancelled."""
+    while True:
+        await asyncio.to_thread(beat, run_dir, worker, started)
+        await asyncio.sleep(interval_s)
 
 
 def read_beats(run_dir: Path) -> dict[int, Beat]:

@@ -6,7 +6,7 @@
       rejects/*.parquet   REJECTS      rejected rows, committed parts
       journal/            JOURNAL      per-worker journals (store/journal.py)
       locks/              LOCKS        per-worker and rewrite locks (store/locks.py)
-      metrics/            METRICS      one JSON line per second per worker (engine/runner.py, `regen status`)
+      metrics/            METRICS      one JSON line per second per worker (engine/ticker.py, `regen status`)
       heartbeats/         HEARTBEATS   one file per worker, rewritten every second (store/heartbeat.py)
       damaged/            DAMAGED      committed parts that could not be read, set aside (store/recovery.py)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ..config import Config, ValidateConfig
+from ..config import SIM_URL, Config, ValidateConfig
 from ..errors import ConfigDriftError, OutputError
 from ..schema import SCHEMA_VERSION
 from .durable import output_errors
@@ -56,9 +56,6 @@ def validate_config_of(man: dict[str, Any]) -> ValidateConfig:
 
 def thinking_of(man: dict[str, Any]) -> bool:
     return bool(((man.get("config") or {}).get("generation") or {}).get("thinking", True))
-
-
-SIM_URL = "sim"  # an endpoint url that starts the embedded simulator (config.check_url)
 
 
 def simulated_endpoints(man: dict[str, Any]) -> list[str]:
