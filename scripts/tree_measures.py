@@ -9,6 +9,9 @@
 - `dict[str, Any]` in signatures: annotated parameters and returns outside the simulator
 - run-directory literals: paths built from a written-out run-directory name, outside store/layout.py and the simulator
 - Pool: the lines and methods of `class Pool` (endpoints/pool.py)
+- private cross imports: `from X import _name` in pipeline/ or regen/ where X is another module (issue 39)
+- export entry point parameters: how many the export entry point takes (dataset/exporters.py `export`; before the
+  registry, dataset/export.py `export_run`)
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
 
@@ -94,6 +97,48 @@ def pool_size(root: Path) -> dict[str, int]:
     return {"lines": 0, "methods": 0}
 
 
+def private_cross_imports(root: Path) -> list[str]:
+    """`from X import _name` (relative or absolute) in pipeline/ or regen/ where X is not the importing module: a
+    private name used by another module, which should be public or live in the module that uses it."""
+    out = []
+    for package in ("pipeline", "regen"):
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            here = parts[:-1] if is_package else parts
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level:
+                    base = here if is_package else here[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    source = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                else:
+                    source = node.module or ""
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private and source != ".".join(here):
+                        out.append(f"{path.relative_to(root)}:{node.lineno}: from {source} import {alias.name}")
+    return out
+
+
+EXPORT_ENTRY_POINTS = (("pipeline/dataset/exporters.py", "export"), ("pipeline/dataset/export.py", "export_run"))
+
+
+def export_run_params(root: Path) -> int:
+    """The parameters of the export entry point (all kinds: positional, keyword-only, *args, **kwargs), the first of
+    EXPORT_ENTRY_POINTS the checkout has; 0 when it has none."""
+    for relative, name in EXPORT_ENTRY_POINTS:
+        path = root / relative
+        if not path.is_file():
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                a = node.args
+                return len([*a.posonlyargs, *a.args, *a.kwonlyargs]) + (a.vararg is not None) + (a.kwarg is not None)
+    return 0
+
+
 def measure(root: Path) -> dict[str, Any]:
     return {
         "version_tuples_outside_sglang": version_tuples(root),
@@ -102,6 +147,8 @@ def measure(root: Path) -> dict[str, Any]:
         "dict_str_any_in_signatures": dict_any_in_signatures(root),
         "run_dir_literals_outside_layout": run_dir_literals(root),
         "pool": pool_size(root),
+        "private_cross_imports": private_cross_imports(root),
+        "export_run_params": export_run_params(root),
     }
 
 
