@@ -1,4 +1,5 @@
-"""export_run: each format loads with `datasets` and matches the run row for row; rejects only when asked."""
+"""The export of training formats (the registry's `export`, export.py): each format loads with `datasets` and matches
+the run row for row; rejects only when asked."""
 
 from __future__ import annotations
 
@@ -194,3 +195,38 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict[str, Any], match: str) -> No
     with pytest.raises(ConfigError, match=match):
         options = {name: value for name, value in kwargs.items() if name != "format"}
         export(tmp_path / "run", kwargs["format"], tmp_path / "out", ExportOptions(**options))
+
+
+def test_every_format_is_one_exporter_of_the_registry_with_its_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's --format choices and regen.export both read the registry: one exporter per format, each with its
+    options record; a record of another format is refused, a keyword of another format is left to it."""
+    import regen
+    from pipeline.cli import main
+    from pipeline.dataset.exporters import NAMES, exporter_for
+    from pipeline.dataset.repair import RepairOptions
+
+    assert NAMES == (
+        "chat",
+        "sharegpt",
+        "specforge",
+        "prompt-completion",
+        "tokenized",
+        "openai-batch-output",
+        "repaired",
+    )
+    assert {name: exporter_for(name).options for name in NAMES} == {
+        **{name: ExportOptions for name in NAMES[:-1]},
+        "repaired": RepairOptions,
+    }
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert f"--format {{{','.join(NAMES)}}}" in capsys.readouterr().out
+    make_run(tmp_path / "run", [3])
+    with pytest.raises(TypeError, match="takes RepairOptions, not ExportOptions"):
+        export(tmp_path / "run", "repaired", tmp_path / "out", ExportOptions())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        regen.export(tmp_path / "run", "chat", tmp_path / "out", bogus=1)
+    summary = regen.export(tmp_path / "run", "chat", tmp_path / "out", on_reject="drop")  # repaired's: not chat's
+    assert summary["rows"] == 3 and summary["format"] == "chat"
