@@ -95,9 +95,10 @@ def _args_validate(p: argparse.ArgumentParser) -> None:
 
 
 def _args_export(p: argparse.ArgumentParser) -> None:
+    from .dataset.exporters import NAMES  # the registry of export formats (light: no writer is imported)
+
     p.add_argument("run_dir", type=Path)
-    formats = ["chat", "sharegpt", "specforge", "prompt-completion", "tokenized", "openai-batch-output", "repaired"]
-    p.add_argument("--format", required=True, choices=formats)
+    p.add_argument("--format", required=True, choices=NAMES)
     p.add_argument("--out", required=True, type=Path, metavar="DIR")
     p.add_argument("--file-format", choices=["parquet", "jsonl"], default="parquet")
     p.add_argument("--rows-per-file", type=int, default=100_000)
@@ -396,32 +397,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    if args.format == "repaired":
-        return _export_repaired(args)
     from .dataset.card import CardOptions
-    from .dataset.export import export_run
+    from .dataset.exporters import RepairExporter, exporter_for
 
+    exporter = exporter_for(args.format)
+    options = exporter.options_from({**vars(args), "card": CardOptions(args.license, tuple(args.language))})
     run_dir = _run_dir(args.run_dir)
+    if isinstance(exporter, RepairExporter):  # the original dataset written back: a report of another shape
+        return _said_repaired(exporter.export(run_dir, args.out, options), args)
     if args.push_to_hub:
         from .dataset.hub import refuse_simulated
 
         refuse_simulated(run_dir, allow=args.allow_simulated)  # before the export's work, not after it
-    result = export_run(
-        run_dir,
-        format=args.format,
-        out=args.out,
-        file_format=args.file_format,
-        rows_per_file=args.rows_per_file,
-        think_open=args.think_open,
-        think_close=args.think_close,
-        include_rejects=args.include_rejects,
-        reasoning=args.reasoning,
-        expand_turns=args.expand_turns,
-        tokenizer=args.tokenizer,
-        chat_template=args.chat_template,
-        card=CardOptions(args.license, tuple(args.language)),
-        partial=args.partial,
-    )
+    result = exporter.export(run_dir, args.out, options)
     print(f"exported {result['rows']} rows ({args.format}) to {args.out} in {len(result['files'])} files")
     for note in result["damaged"]:
         _say(f"warning: partial export: rows missing from the damaged part {note}", logging.WARNING)
@@ -453,17 +441,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 1 if report["failing_rows"] else 0
 
 
-def _export_repaired(args: argparse.Namespace) -> int:
-    from .dataset.export import export_run
-
-    r = export_run(
-        _run_dir(args.run_dir),
-        format="repaired",
-        out=args.out,
-        original=args.original,
-        on_reject=args.on_reject,
-        partial=args.partial,
-    )
+def _said_repaired(r: dict[str, Any], args: argparse.Namespace) -> int:
+    """What `regen export --format repaired` prints of its report."""
     for note in r["damaged"]:
         _say(f"warning: partial export: regenerated rows missing from the damaged part {note}", logging.WARNING)
     print(f"wrote {r['rows']} rows to {args.out} in {len(r['files'])} files: {r['repaired']} repaired, ", end="")

@@ -118,11 +118,19 @@ def audit(path: str | Path, *, config: ConfigLike | None = None, ids_out: str | 
 
 
 def export(run_dir: str | Path, format: str, out: str | Path, **options: Any) -> dict[str, Any]:
-    """`regen export RUN_DIR --format FORMAT --out OUT`: {files, rows, card, ...}. `options` are export_run's
-    (`original=` for `repaired`, `reasoning=`, `expand_turns=`, `tokenizer=`, `include_rejects=`, ...)."""
-    from pipeline.dataset.export import export_run
+    """`regen export RUN_DIR --format FORMAT --out OUT`: {files, rows, card, ...} (`repaired`: its report).
+    `options` are the fields of the format's options record (pipeline/dataset/exporters.py): `reasoning=`,
+    `expand_turns=`, `tokenizer=`, `include_rejects=`, ... (ExportOptions), `original=`, `on_reject=` for
+    `repaired` (RepairOptions); one that only another format takes is left to it, one no format takes is a
+    TypeError."""
+    from pipeline.dataset.exporters import exporter_for, option_names
 
-    return export_run(_existing(run_dir), format=format, out=Path(out), **options)
+    run = _existing(run_dir)
+    unknown = sorted(set(options) - option_names())
+    if unknown:
+        raise TypeError(f"export() got an unexpected keyword argument {unknown[0]!r}")
+    exporter = exporter_for(format)
+    return exporter.export(run, Path(out), exporter.options_from(options))
 
 
 def status(run_dir: str | Path) -> dict[str, Any]:

@@ -12,6 +12,9 @@
 - Pool, Runner: the lines and methods of `class Pool` (endpoints/pool.py) and `class Runner` (engine/runner.py)
 - mypy mode: `strict` or the checks pyproject.toml's `[tool.mypy]` turns on, and the modules left out of strict
 - test modules imported by tests: imports, in tests/, of a `test_*` module or of a conftest (`file:line module`)
+- private cross imports: `from X import _name` in pipeline/ or regen/ where X is another module (issue 39)
+- export entry point parameters: how many the export entry point takes (dataset/exporters.py `export`; before the
+  registry, dataset/export.py `export_run`)
 With `--before OLD`, a markdown table of OLD's measures against this checkout's.
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
@@ -128,6 +131,48 @@ def test_modules_imported_by_tests(root: Path) -> list[str]:
     return out
 
 
+def private_cross_imports(root: Path) -> list[str]:
+    """`from X import _name` (relative or absolute) in pipeline/ or regen/ where X is not the importing module: a
+    private name used by another module, which should be public or live in the module that uses it."""
+    out = []
+    for package in ("pipeline", "regen"):
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            here = parts[:-1] if is_package else parts
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level:
+                    base = here if is_package else here[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    source = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                else:
+                    source = node.module or ""
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private and source != ".".join(here):
+                        out.append(f"{path.relative_to(root)}:{node.lineno}: from {source} import {alias.name}")
+    return out
+
+
+EXPORT_ENTRY_POINTS = (("pipeline/dataset/exporters.py", "export"), ("pipeline/dataset/export.py", "export_run"))
+
+
+def export_run_params(root: Path) -> int:
+    """The parameters of the export entry point (all kinds: positional, keyword-only, *args, **kwargs), the first of
+    EXPORT_ENTRY_POINTS the checkout has; 0 when it has none."""
+    for relative, name in EXPORT_ENTRY_POINTS:
+        path = root / relative
+        if not path.is_file():
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                a = node.args
+                return len([*a.posonlyargs, *a.args, *a.kwonlyargs]) + (a.vararg is not None) + (a.kwarg is not None)
+    return 0
+
+
 def measure(root: Path) -> dict[str, Any]:
     return {
         "version_tuples_outside_sglang": version_tuples(root),
@@ -139,6 +184,8 @@ def measure(root: Path) -> dict[str, Any]:
         "runner": {**class_size(root, "engine/runner.py", "Runner"), "module_lines": _lines(root, "engine/runner.py")},
         "mypy_mode": mypy_mode(root),
         "test_modules_imported_by_tests": test_modules_imported_by_tests(root),
+        "private_cross_imports": private_cross_imports(root),
+        "export_run_params": export_run_params(root),
     }
 
 

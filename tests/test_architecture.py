@@ -16,8 +16,8 @@ import pipeline
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+def _load_script(name: str = "import_graph") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
@@ -163,6 +163,12 @@ def test_run_directory_names_are_written_only_in_store_layout() -> None:
             if _RUN_DIR_LITERAL.search(line):
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert found == []
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """What two modules share has a public name, or lives in the module that owns it (issue 39): `from X import
+    _name` from another module is a helper hiding behind an underscore."""
+    assert _load_script("tree_measures").private_cross_imports(ROOT) == []
 
 
 def test_server_reads_release_facts_not_the_simulator() -> None:

@@ -148,11 +148,12 @@ def test_size_categories(rows: int, label: str) -> None:
 
 
 def test_features_are_what_datasets_reads_from_the_files(tmp_path: Path) -> None:
-    from pipeline.dataset.export import export_run
+    from pipeline.dataset.export import ExportOptions
+    from pipeline.dataset.exporters import export
 
     _run(tmp_path / "run", {"config": _config()})
     out = tmp_path / "out"
-    export_run(tmp_path / "run", format="chat", out=out, include_rejects=True, card=CardOptions("mit", ("en",)))
+    export(tmp_path / "run", "chat", out, ExportOptions(include_rejects=True, card=CardOptions("mit", ("en",))))
     card = DatasetCard.load(out / "README.md")  # huggingface_hub's own parser of the card
     assert card.data.license == "mit" and card.data.language == ["en"]
     infos = {info["config_name"]: info["features"] for info in card.data.to_dict()["dataset_info"]}

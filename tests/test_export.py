@@ -1,4 +1,5 @@
-"""export_run: each format loads with `datasets` and matches the run row for row; rejects only when asked."""
+"""The export of training formats (the registry's `export`, export.py): each format loads with `datasets` and matches
+the run row for row; rejects only when asked."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import Config
-from pipeline.dataset.export import assistant_content, export_run
+from pipeline.dataset.export import ExportOptions, assistant_content
+from pipeline.dataset.exporters import export
 from pipeline.errors import ConfigError
 from pipeline.schema import reject_schema, shard_schema, to_table
 
@@ -78,8 +80,8 @@ def _load(out: Path, summary: dict[str, Any], split: str = "train") -> datasets.
 def test_chat_round_trips_through_datasets(tmp_path: Path, file_format: str) -> None:
     rows = make_run(tmp_path / "run", [7, 5, 9])
     out = tmp_path / "out"
-    summary = export_run(
-        tmp_path / "run", format="chat", out=out, file_format=file_format, rows_per_file=8, reasoning="inline"
+    summary = export(
+        tmp_path / "run", "chat", out, ExportOptions(file_format=file_format, rows_per_file=8, reasoning="inline")
     )
     assert summary["rows"] == 21 and summary["format"] == "chat"
     assert [Path(f).name for f in summary["files"]] == [f"train-0000{i}.{file_format}" for i in range(3)]
@@ -97,7 +99,7 @@ def test_chat_round_trips_through_datasets(tmp_path: Path, file_format: str) -> 
 def test_export_dir_loads_from_its_card(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [4, 4], rejects=[(100, "truncated")])
     out = tmp_path / "out"
-    export_run(tmp_path / "run", format="chat", out=out, include_rejects=True)
+    export(tmp_path / "run", "chat", out, ExportOptions(include_rejects=True))
     cache = str(tmp_path / "hf-cache")
     assert len(datasets.load_dataset(str(out), split="train", cache_dir=cache)) == 8
     rejects = datasets.load_dataset(str(out), "rejects", split="train", cache_dir=cache)
@@ -108,7 +110,7 @@ def test_think_tags_are_configurable(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [3])
     out = tmp_path / "out"
     tags = {"think_open": "<reasoning>", "think_close": "</reasoning>"}
-    summary = export_run(tmp_path / "run", format="chat", out=out, reasoning="inline", **tags)
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(reasoning="inline", **tags))
     last = _load(out, summary)[0]["messages"][-1]["content"]
     assert last == "<reasoning>\nthinking about 0\n</reasoning>\n\nanswer 0"
 
@@ -120,7 +122,7 @@ def test_missing_reasoning_gives_empty_think_block() -> None:
 def test_sharegpt(tmp_path: Path) -> None:
     rows = make_run(tmp_path / "run", [6])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="sharegpt", out=out)
+    summary = export(tmp_path / "run", "sharegpt", out)
     loaded = _load(out, summary)
     assert loaded["id"] == [r["id"] for r in rows]
     first = loaded[0]["conversations"]  # row 0 has a system prompt
@@ -133,7 +135,7 @@ def test_sharegpt(tmp_path: Path) -> None:
 def test_openai_batch_output(tmp_path: Path) -> None:
     rows = make_run(tmp_path / "run", [4, 3])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="openai-batch-output", out=out)  # parquet asked, jsonl written
+    summary = export(tmp_path / "run", "openai-batch-output", out)  # parquet asked, jsonl written
     assert summary["file_format"] == "jsonl"
     lines = [orjson.loads(line) for f in summary["files"] for line in (out / f).read_bytes().splitlines()]
     assert [line["custom_id"] for line in lines] == [r["id"] for r in rows]
@@ -147,17 +149,17 @@ def test_openai_batch_output(tmp_path: Path) -> None:
     assert body["usage"]["total_tokens"] == want["prompt_tokens"] + want["completion_tokens"]
     assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": want["reasoning_tokens"]}
     assert len(_load(out, summary)) == len(rows)
-    again = export_run(tmp_path / "run", format="openai-batch-output", out=tmp_path / "again")
+    again = export(tmp_path / "run", "openai-batch-output", tmp_path / "again")
     assert (tmp_path / "again" / again["files"][0]).read_bytes() == (out / summary["files"][0]).read_bytes()
 
 
 def test_rejects_are_exported_only_when_asked(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [5], rejects=[(50, "truncated"), (51, "empty_answer")])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="chat", out=out)
+    summary = export(tmp_path / "run", "chat", out)
     assert summary["rejected_rows"] == 0 and set(summary["data_files"]) == {"train"}
     assert not any("p0050" in str(pq.read_table(out / f).column("id")) for f in summary["files"])
-    summary = export_run(tmp_path / "run", format="chat", out=out, include_rejects=True)
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(include_rejects=True))
     rejected = _load(out, summary, "rejects")
     assert rejected["id"] == ["p0050", "p0051"] and rejected["reason"] == ["truncated", "empty_answer"]
 
@@ -165,7 +167,7 @@ def test_rejects_are_exported_only_when_asked(tmp_path: Path) -> None:
 def test_rejects_in_batch_output_carry_the_reason(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [2], rejects=[(50, "truncated")])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="openai-batch-output", out=out, include_rejects=True)
+    summary = export(tmp_path / "run", "openai-batch-output", out, ExportOptions(include_rejects=True))
     line = orjson.loads((out / summary["data_files"]["rejects"].replace("*", "00000")).read_bytes())
     assert line["custom_id"] == "p0050" and line["error"] == {"code": "truncated", "message": "x"}
 
@@ -173,8 +175,8 @@ def test_rejects_in_batch_output_carry_the_reason(tmp_path: Path) -> None:
 def test_reexport_removes_stale_files_and_leaves_no_temp_files(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [10])
     out = tmp_path / "out"
-    export_run(tmp_path / "run", format="chat", out=out, rows_per_file=2)
-    summary = export_run(tmp_path / "run", format="chat", out=out, file_format="jsonl", rows_per_file=5)
+    export(tmp_path / "run", "chat", out, ExportOptions(rows_per_file=2))
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(file_format="jsonl", rows_per_file=5))
     assert sorted(p.name for p in (out / "data").iterdir()) == ["train-00000.jsonl", "train-00001.jsonl"]
     assert summary["files"] == ["data/train-00000.jsonl", "data/train-00001.jsonl"]
 
@@ -191,4 +193,40 @@ def test_reexport_removes_stale_files_and_leaves_no_temp_files(tmp_path: Path) -
 def test_bad_arguments(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
     make_run(tmp_path / "run", [1])
     with pytest.raises(ConfigError, match=match):
-        export_run(tmp_path / "run", out=tmp_path / "out", **kwargs)
+        options = {name: value for name, value in kwargs.items() if name != "format"}
+        export(tmp_path / "run", kwargs["format"], tmp_path / "out", ExportOptions(**options))
+
+
+def test_every_format_is_one_exporter_of_the_registry_with_its_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's --format choices and regen.export both read the registry: one exporter per format, each with its
+    options record; a record of another format is refused, a keyword of another format is left to it."""
+    import regen
+    from pipeline.cli import main
+    from pipeline.dataset.exporters import NAMES, exporter_for
+    from pipeline.dataset.repair import RepairOptions
+
+    assert NAMES == (
+        "chat",
+        "sharegpt",
+        "specforge",
+        "prompt-completion",
+        "tokenized",
+        "openai-batch-output",
+        "repaired",
+    )
+    assert {name: exporter_for(name).options for name in NAMES} == {
+        **{name: ExportOptions for name in NAMES[:-1]},
+        "repaired": RepairOptions,
+    }
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert f"--format {{{','.join(NAMES)}}}" in capsys.readouterr().out
+    make_run(tmp_path / "run", [3])
+    with pytest.raises(TypeError, match="takes RepairOptions, not ExportOptions"):
+        export(tmp_path / "run", "repaired", tmp_path / "out", ExportOptions())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        regen.export(tmp_path / "run", "chat", tmp_path / "out", bogus=1)
+    summary = regen.export(tmp_path / "run", "chat", tmp_path / "out", on_reject="drop")  # repaired's: not chat's
+    assert summary["rows"] == 3 and summary["format"] == "chat"

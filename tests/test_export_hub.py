@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pipeline.cli import main
-from pipeline.dataset.export import export_run
+from pipeline.dataset.exporters import export
 from pipeline.dataset.hub import push_to_hub
 from pipeline.errors import ConfigError
 from pipeline.store.manifest import mark_simulated, updating_manifest
@@ -91,7 +91,7 @@ def _api(hub: type[FakeHub]) -> Any:
 def test_push_creates_the_repository_and_uploads_the_folder(tmp_path: Path, hub: type[FakeHub]) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    export_run(tmp_path / "run", format="chat", out=out)
+    export(tmp_path / "run", "chat", out)
     (out / "data" / ".train-00009.parquet.tmp").write_bytes(b"half")  # an interrupted export's leftover
     url = push_to_hub(out, "org/name", private=True, api=_api(hub))
     assert url.endswith("/datasets/org/name")

@@ -10,7 +10,8 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dataset.export import export_run
+from pipeline.dataset.export import ExportOptions
+from pipeline.dataset.exporters import export
 from pipeline.dataset.shapes import conversation, targets
 from pipeline.errors import ConfigError
 from tests.helpers.conversation_runs import make_conversation_run, rows
@@ -49,7 +50,7 @@ def _assistant(content: str, reasoning: str | None) -> dict[str, Any]:
 def test_chat_field_is_the_default_and_covers_every_turn(tmp_path: Path, file_format: str) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="chat", out=out, file_format=file_format)
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(file_format=file_format))
     assert summary["reasoning"] == "field" and summary["rows"] == 3
     got = {r["id"]: r for r in load(out, summary)}
 
@@ -72,7 +73,7 @@ def test_chat_field_is_the_default_and_covers_every_turn(tmp_path: Path, file_fo
 def test_inline_puts_a_think_block_on_every_generated_turn(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="chat", out=out, reasoning="inline")
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(reasoning="inline"))
     got = {r["id"]: r for r in load(out, summary)}
     contents = [m["content"] for m in got["multi"]["messages"] if m["role"] == "assistant"]
     assert contents == [f"<think>\nmulti reasoning {k}\n</think>\n\nmulti answer {k}" for k in range(3)]
@@ -84,7 +85,7 @@ def test_inline_puts_a_think_block_on_every_generated_turn(tmp_path: Path) -> No
 def test_none_drops_the_reasoning(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="chat", out=out, reasoning="none")
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(reasoning="none"))
     got = {r["id"]: r for r in load(out, summary)}
     assert got["single"]["messages"] == [
         {"role": "user", "content": "only question"},
@@ -97,11 +98,11 @@ def test_none_drops_the_reasoning(tmp_path: Path) -> None:
 def test_sharegpt_is_inline_by_default_and_can_carry_the_field(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="sharegpt", out=out)
+    summary = export(tmp_path / "run", "sharegpt", out)
     multi = {r["id"]: r for r in load(out, summary)}["multi"]["conversations"]
     assert [t["from"] for t in multi] == ["system", "human", "gpt", "human", "gpt", "human", "gpt"]
     assert multi[2]["value"] == "<think>\nmulti reasoning 0\n</think>\n\nmulti answer 0"
-    summary = export_run(tmp_path / "run", format="sharegpt", out=out, reasoning="field")
+    summary = export(tmp_path / "run", "sharegpt", out, ExportOptions(reasoning="field"))
     multi = {r["id"]: r for r in load(out, summary)}["multi"]["conversations"]
     assert multi[4] == {"from": "gpt", "value": "multi answer 1", "reasoning_content": "multi reasoning 1"}
 
@@ -122,7 +123,7 @@ def is_trl_conversational_prompt_completion(example: dict[str, Any]) -> bool:
 def test_prompt_completion_is_trls_conversational_shape(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="prompt-completion", out=out)
+    summary = export(tmp_path / "run", "prompt-completion", out)
     got = {r["id"]: r for r in load(out, summary)}
     assert all(is_trl_conversational_prompt_completion(r) for r in got.values())
     multi = got["multi"]
@@ -140,7 +141,7 @@ def test_prompt_completion_is_trls_conversational_shape(tmp_path: Path) -> None:
 def test_expand_turns_gives_one_row_per_generated_turn(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="prompt-completion", out=out, expand_turns=True)
+    summary = export(tmp_path / "run", "prompt-completion", out, ExportOptions(expand_turns=True))
     got = {r["id"]: r for r in load(out, summary)}
     assert sorted(got) == ["kept#turn1", "multi#turn0", "multi#turn1", "multi#turn2", "single#turn0"]
     second = got["multi#turn1"]
@@ -148,7 +149,7 @@ def test_expand_turns_gives_one_row_per_generated_turn(tmp_path: Path) -> None:
     assert [m["content"] for m in second["prompt"]] == ["be brief", "hi", "multi answer 0", "and then?"]
     assert second["completion"] == [_assistant("multi answer 1", "multi reasoning 1")]
     assert (second["prompt_tokens"], second["completion_tokens"], second["reasoning_tokens"]) == (20, 101, 61)
-    summary = export_run(tmp_path / "run", format="chat", out=out, expand_turns=True)
+    summary = export(tmp_path / "run", "chat", out, ExportOptions(expand_turns=True))
     chat = {r["id"]: r for r in load(out, summary)}["multi#turn1"]["messages"]
     assert [m["reasoning_content"] for m in chat] == [None, None, None, None, "multi reasoning 1"]
 
@@ -167,4 +168,5 @@ def test_expand_turns_gives_one_row_per_generated_turn(tmp_path: Path) -> None:
 def test_bad_combinations(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
     make_conversation_run(tmp_path / "run")
     with pytest.raises(ConfigError, match=match):
-        export_run(tmp_path / "run", out=tmp_path / "out", **kwargs)
+        options = {name: value for name, value in kwargs.items() if name != "format"}
+        export(tmp_path / "run", kwargs["format"], tmp_path / "out", ExportOptions(**options))

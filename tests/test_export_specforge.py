@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.dataset.export import export_run
+from pipeline.dataset.export import ExportOptions
+from pipeline.dataset.exporters import export
 from tests.helpers.conversation_runs import conv_row, make_conversation_run, rows
 from tests.helpers.paths import SPECFORGE
 
@@ -31,7 +32,7 @@ def lines(path: Path) -> list[dict[str, Any]]:
 def test_specforge_rows_pass_its_validator(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run", [r for r in rows() if r["id"] != "kept"])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="specforge", out=out)
+    summary = export(tmp_path / "run", "specforge", out)
     assert summary["file_format"] == "jsonl" and summary["rows"] == 2 and summary["skipped"] == {}
     data = out / summary["files"][0]
     done = validate(data, "--expect-reasoning", "--strict-think-markers")
@@ -54,7 +55,7 @@ def test_rows_its_validator_would_refuse_are_left_out_and_counted(tmp_path: Path
     no_reasoning["reasoning"] = ""
     make_conversation_run(tmp_path / "run", [*rows(), marker, empty_user, no_reasoning])
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="specforge", out=out)
+    summary = export(tmp_path / "run", "specforge", out)
     # "kept": its first assistant turn came from the input and has no reasoning to train on
     assert summary["skipped"] == {"missing_reasoning": 2, "think_marker": 1, "empty_content": 1}
     assert [r["id"] for r in lines(out / summary["files"][0])] == ["multi", "single"]
@@ -65,8 +66,8 @@ def test_rows_its_validator_would_refuse_are_left_out_and_counted(tmp_path: Path
 
 def test_expand_turns_is_what_specforges_expander_writes(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run", [r for r in rows() if r["id"] != "kept"])
-    whole = export_run(tmp_path / "run", format="specforge", out=tmp_path / "whole")
-    expanded = export_run(tmp_path / "run", format="specforge", out=tmp_path / "expanded", expand_turns=True)
+    whole = export(tmp_path / "run", "specforge", tmp_path / "whole")
+    expanded = export(tmp_path / "run", "specforge", tmp_path / "expanded", ExportOptions(expand_turns=True))
     theirs = tmp_path / "theirs.jsonl"
     script = SPECFORGE / "expand_reasoning_conversations.py"
     source = tmp_path / "whole" / whole["files"][0]
@@ -88,7 +89,7 @@ def test_expand_turns_is_what_specforges_expander_writes(tmp_path: Path) -> None
 
 def test_a_turns_last_run_expands_to_its_generated_turns(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
-    summary = export_run(tmp_path / "run", format="specforge", out=tmp_path / "out", expand_turns=True)
+    summary = export(tmp_path / "run", "specforge", tmp_path / "out", ExportOptions(expand_turns=True))
     got = lines(tmp_path / "out" / summary["files"][0])
     kept = [r for r in got if r["source_id"] == "kept"]
     assert [r["id"] for r in kept] == ["kept#turn1"]
@@ -99,7 +100,7 @@ def test_a_turns_last_run_expands_to_its_generated_turns(tmp_path: Path) -> None
 def test_a_run_without_thinking_exports_for_expect_non_reasoning(tmp_path: Path, thinking: bool) -> None:
     plain = [{**r, "reasoning": None, "turns": [{**t, "reasoning": None} for t in r["turns"]]} for r in rows()]
     make_conversation_run(tmp_path / "run", plain, thinking=thinking)
-    summary = export_run(tmp_path / "run", format="specforge", out=tmp_path / "out")
+    summary = export(tmp_path / "run", "specforge", tmp_path / "out")
     assert summary["rows"] == 3
     done = validate(tmp_path / "out" / summary["files"][0], "--expect-non-reasoning", "--strict-think-markers")
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dataset.export import export_run
+from pipeline.dataset.export import ExportOptions
+from pipeline.dataset.exporters import export
 from pipeline.errors import ConfigError
 from tests.helpers.conversation_runs import make_conversation_run, rows
 from tests.helpers.tokenizer import QWEN3_STYLE, masked_runs
@@ -34,7 +35,7 @@ def generated(k: int, rid: str = "multi") -> str:
 
 def _export(tmp_path: Path, tokenizer_dir: Path, **kwargs: Any) -> dict[str, dict[str, Any]]:
     out = tmp_path / "out"
-    summary = export_run(tmp_path / "run", format="tokenized", out=out, tokenizer=tokenizer_dir, **kwargs)
+    summary = export(tmp_path / "run", "tokenized", out, ExportOptions(tokenizer=tokenizer_dir, **kwargs))
     assert summary["file_format"] == "parquet"
     files = str(out / summary["data_files"]["train"])
     loaded = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
@@ -93,7 +94,7 @@ def test_a_chat_template_file_replaces_the_tokenizers(tmp_path: Path, tokenizer_
 def test_a_missing_tokenizer_is_a_config_error(tmp_path: Path) -> None:
     make_conversation_run(tmp_path / "run")
     with pytest.raises(ConfigError, match="not a folder"):
-        export_run(tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=tmp_path / "nowhere")
+        export(tmp_path / "run", "tokenized", tmp_path / "out", ExportOptions(tokenizer=tmp_path / "nowhere"))
 
 
 def test_an_empty_tokenizer_folder_is_named_in_one_line(tmp_path: Path) -> None:
@@ -102,7 +103,7 @@ def test_an_empty_tokenizer_folder_is_named_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"--tokenizer .*empty: no tokenizer in this folder \(none of tokenizer\.json"
     ) as e:
-        export_run(tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=tmp_path / "empty")
+        export(tmp_path / "run", "tokenized", tmp_path / "out", ExportOptions(tokenizer=tmp_path / "empty"))
     assert "\n" not in str(e.value) and "huggingface" not in str(e.value).lower()
     assert not (tmp_path / "out").exists()
 
@@ -112,7 +113,7 @@ def test_a_missing_chat_template_is_checked_before_the_tokenizer(tmp_path: Path,
     missing = tmp_path / "nope.jinja"
     for folder in (tokenizer_dir, tmp_path / "nowhere"):  # named first, whatever the tokenizer folder holds
         with pytest.raises(ConfigError, match=r"--chat-template .*nope\.jinja: No such file"):
-            export_run(
-                tmp_path / "run", format="tokenized", out=tmp_path / "out", tokenizer=folder, chat_template=missing
+            export(
+                tmp_path / "run", "tokenized", tmp_path / "out", ExportOptions(tokenizer=folder, chat_template=missing)
             )
     assert not (tmp_path / "out").exists()

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.config import Config, InputConfig
 from pipeline.dataset.audit import AuditOptions, audit_dataset
-from pipeline.dataset.repair import export_repaired
+from pipeline.dataset.repair import RepairOptions, export_repaired
 from pipeline.inputs.ids import IdProblem, content_id, given_id, usable_id
 from pipeline.inputs.reader import PromptReader
 from pipeline.records import Prompt
@@ -90,7 +90,7 @@ def _repaired_ids(path: Path, field: str, accepted: list[str], tmp_path: Path) -
     pq.write_table(pa.Table.from_pylist(turns), run / "shards" / "part-0.parquet")
     no_rejects = pa.table({"id": pa.array([], pa.string()), "reason": pa.array([], pa.string())})
     pq.write_table(no_rejects, run / "rejects" / "r.parquet")
-    export_repaired(run, original=None, out=tmp_path / "out")
+    export_repaired(run, tmp_path / "out", RepairOptions())
     target = tmp_path / "out" / path.name
     if path.suffix == ".parquet":
         written = pq.read_table(target).to_pylist()

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import GenerationConfig, InputConfig
-from pipeline.dataset.export import export_run
+from pipeline.dataset.export import ExportOptions
+from pipeline.dataset.exporters import export
 from pipeline.errors import InputError
 from pipeline.inputs.batch_lines import MAX_ROW_SAMPLES
 from pipeline.inputs.reader import PromptReader
@@ -199,7 +200,7 @@ def write_part(folder: Path, name: str, rows: list[dict[str, Any]], *, rejects: 
 
 
 def export_lines(run: Path, out: Path, **kw: Any) -> dict[str, list[dict[str, Any]]]:
-    summary = export_run(run, format="openai-batch-output", out=out, **kw)
+    summary = export(run, "openai-batch-output", out, ExportOptions(**kw))
     lines: dict[str, list[dict[str, Any]]] = {"train": [], "rejects": []}
     for name in summary["files"]:
         split = "rejects" if Path(name).name.startswith("rejects") else "train"
@@ -252,8 +253,8 @@ def test_batch_export_of_samples_is_byte_identical_twice(tmp_path: Path) -> None
     rows = [shard_row(f"r{i // 3}#{i % 3}", f"r{i // 3}", i) for i in range(30)]
     write_part(run / "shards", "part-w0-00000-aaaa0000.parquet", rows[::2])
     write_part(run / "shards", "part-w0-00001-aaaa0001.parquet", rows[1::2])
-    first = export_run(run, format="openai-batch-output", out=tmp_path / "one", rows_per_file=4)
-    again = export_run(run, format="openai-batch-output", out=tmp_path / "two", rows_per_file=4)
+    first = export(run, "openai-batch-output", tmp_path / "one", ExportOptions(rows_per_file=4))
+    again = export(run, "openai-batch-output", tmp_path / "two", ExportOptions(rows_per_file=4))
     assert first["rows"] == 10 and first["files"] == again["files"]
     for name in first["files"]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.dataset.export import export_run
+from pipeline.dataset.exporters import export
 from pipeline.dataset.redact import REDACTED, Hosts
 from tests.helpers.conversation_runs import make_conversation_run
 
@@ -33,7 +33,7 @@ def test_a_card_of_a_run_on_short_host_names_reads_as_written(tmp_path: Path) ->
     ]
     manifest["config"]["export"] = {"license": "mit", "language": ["en"]}
     (run / "run.json").write_bytes(orjson.dumps(manifest))
-    export_run(run, format="chat", out=tmp_path / "out")
+    export(run, "chat", tmp_path / "out")
     card = (tmp_path / "out" / "README.md").read_text()
     assert "license: mit" in card and REDACTED not in card
     assert "c:8000" not in card and "b:1" not in card

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
-from pipeline.dataset.repair import ROWS, export_repaired
+from pipeline.dataset.repair import ROWS, RepairOptions, export_repaired
 from pipeline.errors import ConfigError, RegenError
 from pipeline.inputs.ids import content_id
 from tests.helpers.repair import ACCEPTED, Q, original_rows, repair_run
@@ -39,7 +39,7 @@ def test_each_row_gets_its_fate_and_reasoning_where_the_original_keeps_it(tmp_pa
         original.write_bytes(orjson.dumps(rows))
     else:
         original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    report = export_repaired(repair_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
+    report = export_repaired(repair_run(tmp_path, original, ACCEPTED, ["again"]), tmp_path / "out", RepairOptions())
     out = {r["id"]: r for r in _written(tmp_path / "out" / original.name)}
     assert list(out) == [r["id"] for r in rows]
     assert out["clean"] == rows[0] and out["again"] == rows[3] and out["pending"] == rows[6]
@@ -59,7 +59,7 @@ def test_drop_leaves_rejected_rows_out_and_lists_them(tmp_path: Path) -> None:
     original = tmp_path / "data.jsonl"
     original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()))
     run = repair_run(tmp_path, original, ACCEPTED, ["again"])
-    report = export_repaired(run, original=str(original), out=tmp_path / "out", on_reject="drop")
+    report = export_repaired(run, tmp_path / "out", RepairOptions(original=str(original), on_reject="drop"))
     assert "again" not in {r["id"] for r in _written(tmp_path / "out" / "data.jsonl")}
     assert report["dropped"] == 1 and b'"again"' in (tmp_path / "out" / ROWS).read_bytes()
 
@@ -69,7 +69,7 @@ def test_parquet_uses_the_message_structs_reasoning_field(tmp_path: Path) -> Non
     rows = [r for r in original_rows() if "messages" in r and r["id"] != "missing"]
     table = pa.Table.from_pylist([{**r, "score": float(i)} for i, r in enumerate(rows)])
     pq.write_table(table, original)
-    export_repaired(repair_run(tmp_path, original, ACCEPTED, ["again"]), original=None, out=tmp_path / "out")
+    export_repaired(repair_run(tmp_path, original, ACCEPTED, ["again"]), tmp_path / "out", RepairOptions())
     out = pq.read_table(tmp_path / "out" / "data.parquet")
     assert out.schema == table.schema
     got = {r["id"]: r for r in out.to_pylist()}
@@ -85,7 +85,7 @@ def test_rows_without_ids_match_by_the_readers_content_hash(tmp_path: Path) -> N
     original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     hashed = content_id([{"role": "system", "content": "Be brief."}, Q, {"role": "assistant", "content": ""}])
     run = repair_run(tmp_path, original, {hashed: [("r", "fixed")]}, [], system_prompt="Be brief.")
-    report = export_repaired(run, original=None, out=tmp_path / "out")
+    report = export_repaired(run, tmp_path / "out", RepairOptions())
     out = _written(tmp_path / "out" / "data.jsonl")
     assert out[0]["messages"][1]["content"] == "<think>\nr\n</think>\n\nfixed" and out[1] == rows[1]
     assert report["repaired"] == 1
@@ -102,7 +102,7 @@ def test_copies_of_a_rejected_conversation_share_its_fate_and_an_unchecked_repea
     original.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     hashed = content_id([Q, {"role": "assistant", "content": ""}])
     run = repair_run(tmp_path, original, {"missing": [("why", "because")]}, [hashed, "again"])
-    report = export_repaired(run, original=None, out=tmp_path / "out", on_reject="drop")
+    report = export_repaired(run, tmp_path / "out", RepairOptions(on_reject="drop"))
     assert [r.get("id") for r in _written(tmp_path / "out" / "data.jsonl")] == ["again", "missing"]
     assert _written(tmp_path / "out" / "data.jsonl")[0] == rows[3]
     assert (report["dropped"], report["repeats"], report["duplicate"], report["repaired"]) == (3, 1, 1, 1)
@@ -114,15 +114,15 @@ def test_a_failed_export_leaves_the_previous_output_and_a_rerun_completes(tmp_pa
     (folder / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()))
     run = repair_run(tmp_path, folder, ACCEPTED, [])
     out = tmp_path / "out"
-    export_repaired(run, original=None, out=out)
+    export_repaired(run, out, RepairOptions())
     before = (out / "a.jsonl").read_bytes()
     (folder / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in original_rows()[:2]))
     (folder / "c.jsonl.gz").write_bytes(b"not gzip")  # fails after a.jsonl and b.jsonl were written hidden
     with pytest.raises(RegenError, match="c.jsonl.gz"):
-        export_repaired(run, original=f"{folder}/*.jsonl*", out=out)
+        export_repaired(run, out, RepairOptions(original=f"{folder}/*.jsonl*"))
     assert (out / "a.jsonl").read_bytes() == before and not (out / "b.jsonl").exists()
     (folder / "c.jsonl.gz").unlink()
-    report = export_repaired(run, original=None, out=out)
+    report = export_repaired(run, out, RepairOptions())
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["a.jsonl", "b.jsonl", ROWS, "repair-report.json", "README.md"]
     )
@@ -134,13 +134,13 @@ def test_the_output_never_overwrites_the_original(tmp_path: Path) -> None:
     original.write_bytes(orjson.dumps(original_rows()[0]) + b"\n")
     run = repair_run(tmp_path, original, {}, [])
     with pytest.raises(ConfigError, match="holds original files"):
-        export_repaired(run, original=None, out=tmp_path)
+        export_repaired(run, tmp_path, RepairOptions())
     with pytest.raises(ConfigError, match="inside the run directory"):
-        export_repaired(run, original=None, out=run / "x")
+        export_repaired(run, run / "x", RepairOptions())
     samples = dataclasses.replace(Config(), generation=dataclasses.replace(Config().generation, samples=2))
     (run / "run.json").write_bytes(orjson.dumps({"config": samples.to_dict()}))
     with pytest.raises(ConfigError, match="samples"):
-        export_repaired(run, original=None, out=tmp_path / "out")
+        export_repaired(run, tmp_path / "out", RepairOptions())
 
 
 def test_the_card_counts_each_fate_by_reason_and_names_no_endpoint(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_the_card_counts_each_fate_by_reason_and_names_no_endpoint(tmp_path: Pat
         export=ExportConfig(license="apache-2.0", language=("en",)),
     )
     (run / "run.json").write_bytes(orjson.dumps({"config": cfg.to_dict()}))
-    export_repaired(run, original=None, out=tmp_path / "out", on_reject="drop")
+    export_repaired(run, tmp_path / "out", RepairOptions(on_reject="drop"))
     card = (tmp_path / "out" / "README.md").read_text()
     head = yaml.safe_load(card.split("---\n")[1])
     assert head["license"] == "apache-2.0" and head["language"] == ["en"]
@@ -175,7 +175,7 @@ def test_from_first_bad_turn_puts_the_new_turns_after_the_kept_ones(tmp_path: Pa
     original.write_bytes(orjson.dumps({"id": "row", "messages": messages}) + b"\n")
     new = [("r2", "two"), ("r3", "three again"), ("r4", "four")]
     run = repair_run(tmp_path, original, {"row": new}, [], repair="from_first_bad_turn")
-    report = export_repaired(run, original=None, out=tmp_path / "out")
+    report = export_repaired(run, tmp_path / "out", RepairOptions())
     out = _written(tmp_path / "out" / "data.jsonl")[0]["messages"]
     assert report["repaired"] == 1 and out[:3] == messages[:3]
     assert [(m.get("reasoning_content"), m["content"]) for m in out[3::2]] == new

@@ -31,8 +31,7 @@ import orjson
 from ..errors import InputError, OutputError
 from ..inputs import conversations
 from ..inputs.ids import usable_id
-from ..inputs.input_files import _parse_line as parse_line
-from ..inputs.input_files import resolve
+from ..inputs.input_files import parse_line, resolve
 from ..inputs.line_blocks import line_blocks, line_ranges, ordered_map, read_range
 from ..inputs.row_audit import BAD_INPUT, AuditOptions, RowAudit, audit_row
 from ..inputs.stored import StoredTurn, read_chunks

@@ -1,4 +1,5 @@
-"""Export a RUN_DIR as training data in the shape a trainer reads (formats.py, tokenized.py), plus its card.
+"""Export a RUN_DIR as training data in the shape a trainer reads (formats.py, tokenized.py), plus its card: the
+writer of every training format of the registry (exporters.py), which decides the format's converter and options.
 
 The export streams: committed parts are read one record batch at a time and written to output files of at most
 `rows_per_file` rows, each built as a hidden temp file and renamed into place, so an interrupted export never leaves
@@ -16,8 +17,9 @@ Layout of `out`:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,24 +29,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, InputError, OutputError
+from ..errors import InputError, OutputError
 from ..schema import BASE_FIELDS, REJECT_FIELDS, to_table
 from ..store import id_hash, id_hashes
 from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
 from ..store.scan import duplicated_hashes
 from .card import CardOptions, write_card
-from .formats import BatchOutput, Converter, Format
-from .shapes import REASONING_MODES, Style, think_block
+from .formats import BatchOutput, Format
+from .shapes import Style, think_block
 
-FORMATS = ("chat", "sharegpt", "specforge", "prompt-completion", "tokenized", "openai-batch-output")
-FILE_FORMATS = ("parquet", "jsonl")
 DATA_DIR = "data"
+TRAIN, REJECTED = "train", "rejects"  # the splits: data/{split}-*.{ext}, the card's configs `default` and `rejects`
 BATCH_ROWS = 1024
-# The reasoning mode when none is asked: the field trainers read, except ShareGPT (inline, as its readers expect).
-DEFAULT_REASONING = {"sharegpt": "inline"}
-_FIXED_FILE_FORMAT = {"openai-batch-output": "jsonl", "specforge": "jsonl", "tokenized": "parquet"}
-_EXPANDABLE = ("chat", "sharegpt", "specforge", "prompt-completion", "tokenized")
 
 _BASE_NAMES = {f.name for f in BASE_FIELDS} | {f.name for f in REJECT_FIELDS}
 
@@ -56,47 +53,48 @@ def assistant_content(reasoning: str | None, answer: str | None, think_open: str
     return think_block(reasoning, answer or "", think_open, think_close)
 
 
-def export_run(
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    """How a training export is written: `regen export`'s flags of the same names (the registry, exporters.py, checks
+    them for the format and decides `reasoning` and `file_format` before export_rows reads them)."""
+
+    file_format: str = "parquet"  # or jsonl; specforge and openai-batch-output write jsonl, tokenized parquet
+    rows_per_file: int = 100_000
+    reasoning: str | None = None  # field, inline or none; None: the format's own (field; sharegpt: inline)
+    think_open: str = "<think>"  # the tags around inline reasoning
+    think_close: str = "</think>"
+    expand_turns: bool = False  # one row per generated assistant turn
+    include_rejects: bool = False  # rejected rows too, in their own split
+    tokenizer: Path | None = None  # tokenized: a local tokenizer folder (nothing is downloaded)
+    chat_template: Path | None = None  # tokenized: a Jinja chat template file replacing the tokenizer's
+    card: CardOptions | None = None  # the card's license and languages (default: the run's [export])
+    partial: bool = False  # export even when committed parts are damaged (the card says what is missing)
+
+
+def export_rows(
     run_dir: Path,
-    *,
-    format: str,
     out: Path,
-    file_format: str = "parquet",
-    rows_per_file: int = 100_000,
-    think_open: str = "<think>",
-    think_close: str = "</think>",
-    include_rejects: bool = False,
-    reasoning: str | None = None,
-    expand_turns: bool = False,
-    tokenizer: Path | None = None,
-    chat_template: Path | None = None,
-    card: CardOptions | None = None,
-    original: str | None = None,
-    on_reject: str = "keep",
-    partial: bool = False,
+    options: ExportOptions,
+    *,
+    name: str,
+    converter: Callable[[str, Style, ExportOptions, bool], Format],
 ) -> dict[str, Any]:
-    """Write the run's accepted rows (and rejects if asked) in `format` to `out`, plus a dataset card.
+    """Write the run's accepted rows (and rejects if asked) as format `name`, shaped by `converter`, to `out`, plus
+    a dataset card. `options` come checked from the registry, their reasoning mode and file format decided.
 
-    `reasoning` is `field`, `inline` or `none` (default: `field`, `inline` for sharegpt); `expand_turns` writes one
-    row per generated assistant turn; `tokenizer` (a local folder) is what `tokenized` renders and tokenizes with.
-    Returns `{format, file_format, reasoning, expand_turns, files, rows, rejected_rows, skipped, data_files, card}`;
-    `files` and `data_files` are relative to `out`. Files of an earlier export to the same `out` that this one did
-    not rewrite are removed. `repaired` writes the `original` dataset back whole instead (dataset/repair.py).
-    InputError naming them when committed parts are damaged, unless `partial` (the card then says what is missing).
+    Returns `{format, file_format, reasoning, expand_turns, files, rows, rejected_rows, skipped, notes, data_files,
+    damaged, duplicates_skipped, card}`; `files` and `data_files` are relative to `out`. Files of an earlier export
+    to the same `out` that this one did not rewrite are removed. InputError naming them when committed parts are
+    damaged, unless `options.partial` (the card then says what is missing).
     """
-    if format == "repaired":
-        from .repair import export_repaired
-
-        return export_repaired(run_dir, original=original, out=out, on_reject=on_reject, partial=partial)
-    reasoning = _checked_options(format, file_format, rows_per_file, reasoning, expand_turns)
+    assert options.reasoning is not None, "exporters.RowsExporter.checked decides the reasoning mode"
     if not (run_dir / SHARDS).is_dir() and not (run_dir / MANIFEST).is_file():
         raise InputError(f"{run_dir}: not a run directory (no run.json, no shards/)")
     _check_out(run_dir, out)
-    file_format = _FIXED_FILE_FORMAT.get(format, file_format)
-    style = Style(reasoning, think_open, think_close, tools=_has_tools(run_dir))
-    convert = _converter(format, style, expand_turns, tokenizer, chat_template, run_dir)
-    splits = [("train", SHARDS)] + ([("rejects", REJECTS)] if include_rejects else [])
-    damaged = refuse_partial(run_dir, [kind for _, kind in splits], partial=partial)
+    style = Style(options.reasoning, options.think_open, options.think_close, tools=_has_tools(run_dir))
+    convert = converter(name, style, options, bool(_generation(run_dir).get("thinking", True)))
+    splits = [(TRAIN, SHARDS)] + ([(REJECTED, REJECTS)] if options.include_rejects else [])
+    damaged = refuse_partial(run_dir, [kind for _, kind in splits], partial=options.partial)
     files: list[Path] = []
     counts: dict[str, int] = {}
     schemas: dict[str, pa.Schema] = {}
@@ -104,7 +102,7 @@ def export_run(
     for split, kind in splits:
         parts = readable_parts(run_dir / kind)
         schema = convert.schema(_keep_fields(parts), rejects=kind == REJECTS)
-        writer = SplitWriter(out / DATA_DIR, split, file_format, schema, rows_per_file)
+        writer = SplitWriter(out / DATA_DIR, split, options.file_format, schema, options.rows_per_file)
         _write_split(writer, convert, parts, once)
         files += writer.files
         counts[split] = writer.rows
@@ -112,39 +110,21 @@ def export_run(
             schemas[split] = schema
     _remove_stale(out / DATA_DIR, keep=set(files))
     summary: dict[str, Any] = {
-        "format": format,
-        "file_format": file_format,
-        "reasoning": reasoning,
-        "expand_turns": expand_turns,
+        "format": name,
+        "file_format": options.file_format,
+        "reasoning": options.reasoning,
+        "expand_turns": options.expand_turns,
         "files": [str(p.relative_to(out)) for p in files],
-        "rows": counts["train"],
-        "rejected_rows": counts.get(REJECTS, 0),
+        "rows": counts[TRAIN],
+        "rejected_rows": counts.get(REJECTED, 0),
         "skipped": dict(convert.skipped.most_common()),
         "notes": dict(getattr(convert, "notes", {})),
-        "data_files": {split: f"{DATA_DIR}/{split}-*.{file_format}" for split, _ in splits if counts[split]},
+        "data_files": {split: f"{DATA_DIR}/{split}-*.{options.file_format}" for split, _ in splits if counts[split]},
         "damaged": [damage_note(d) for d in damaged],
         "duplicates_skipped": once.skipped,
     }
-    summary["card"] = str(write_card(run_dir, out, summary, schemas=schemas, options=card))
+    summary["card"] = str(write_card(run_dir, out, summary, schemas=schemas, options=options.card))
     return summary
-
-
-def _checked_options(
-    format: str, file_format: str, rows_per_file: int, reasoning: str | None, expand_turns: bool
-) -> str:
-    """ConfigError for an option export cannot honour; returns the reasoning mode (the format's default if None)."""
-    if format not in FORMATS:
-        raise ConfigError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
-    if file_format not in FILE_FORMATS:
-        raise ConfigError(f"unknown file format {file_format!r}; choose parquet or jsonl")
-    if rows_per_file < 1:
-        raise ConfigError(f"rows_per_file must be at least 1, got {rows_per_file}")
-    reasoning = reasoning or DEFAULT_REASONING.get(format, "field")
-    if reasoning not in REASONING_MODES:
-        raise ConfigError(f"unknown reasoning mode {reasoning!r}; choose one of {', '.join(REASONING_MODES)}")
-    if expand_turns and format not in _EXPANDABLE:
-        raise ConfigError(f"--expand-turns works with {', '.join(_EXPANDABLE)}, not {format}")
-    return reasoning
 
 
 def _write_split(writer: SplitWriter, convert: Format, parts: list[Path], once: _Once) -> None:
@@ -157,25 +137,6 @@ def _write_split(writer: SplitWriter, convert: Format, parts: list[Path], once: 
             writer.write(convert.rows(once.first(batch)))
         if isinstance(convert, BatchOutput):
             writer.write(convert.finish())
-
-
-def _converter(
-    format: str, style: Style, expand: bool, tokenizer: Path | None, chat_template: Path | None, run_dir: Path
-) -> Format:
-    thinking = bool(_generation(run_dir).get("thinking", True))
-    if format == "openai-batch-output":
-        return BatchOutput()
-    if format == "tokenized":
-        if tokenizer is None:
-            raise ConfigError(
-                "--format tokenized needs --tokenizer DIR (a local tokenizer folder; nothing is downloaded)"
-            )
-        from .tokenized import TokenizedConverter  # transformers is needed by this format only
-
-        return TokenizedConverter(tokenizer, chat_template, style, expand_turns=expand, thinking=thinking)
-    if tokenizer is not None or chat_template is not None:
-        raise ConfigError("--tokenizer and --chat-template are for --format tokenized")
-    return Converter(format, style, expand_turns=expand, thinking=thinking)
 
 
 def _generation(run_dir: Path) -> dict[str, Any]:
@@ -377,7 +338,7 @@ def _remove_stale(folder: Path, keep: set[Path]) -> None:
     if not folder.is_dir():
         return
     for path in folder.iterdir():
-        is_ours = path.name.startswith(("train-", "rejects-")) and path.suffix in (".parquet", ".jsonl")
+        is_ours = path.name.startswith((f"{TRAIN}-", f"{REJECTED}-")) and path.suffix in (".parquet", ".jsonl")
         if is_ours and path not in keep:
             with _output_errors(path, "remove the stale export file"):
                 path.unlink()

@@ -69,23 +69,30 @@ ROWS = "repair-rows.jsonl"
 _TMP = ".repair.tmp"
 
 
-def export_repaired(
-    run_dir: Path, *, original: str | None, out: Path, on_reject: str = "keep", partial: bool = False
-) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RepairOptions:
+    """How the repaired export is written: `regen export --format repaired`'s flags of the same names."""
+
+    original: str | None = None  # the dataset the run read (default: the run's input.path)
+    on_reject: str = "keep"  # a row rejected again: kept as it was, or dropped
+    partial: bool = False  # export even when committed parts are damaged (their rows stay as they were)
+
+
+def export_repaired(run_dir: Path, out: Path, options: RepairOptions) -> dict[str, Any]:
     """Write the repaired dataset to `out`; returns the report (also written to out/repair-report.json).
-    InputError when committed parts are damaged (their rows would stay broken), unless `partial`."""
-    if on_reject not in ON_REJECT:
-        raise ConfigError(f"--on-reject must be keep or drop, got {on_reject!r}")
+    InputError when committed parts are damaged (their rows would stay broken), unless `options.partial`."""
+    if options.on_reject not in ON_REJECT:
+        raise ConfigError(f"--on-reject must be keep or drop, got {options.on_reject!r}")
     cfg = _run_config(run_dir)
     if cfg.generation.samples > 1:
         raise ConfigError(f"{run_dir}: a run with generation.samples > 1 has no single repair per row")
-    kinds = resolve(original or cfg.input.path, cfg.input.format)
+    kinds = resolve(options.original or cfg.input.path, cfg.input.format)
     _check_out(out, list(kinds), run_dir)
-    damaged = refuse_partial(run_dir, list(PART_KINDS), partial=partial)
+    damaged = refuse_partial(run_dir, list(PART_KINDS), partial=options.partial)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(f".*{_TMP}"):
         stale.unlink()
-    repair = _Repair(cfg, _accepted(run_dir), _rejected(run_dir), on_reject)
+    repair = _Repair(cfg, _accepted(run_dir), _rejected(run_dir), options.on_reject)
     names = labels(list(kinds))
     written: list[tuple[Path, Path]] = []
     with _Listing(out / f".{ROWS}{_TMP}") as listing:

@@ -255,7 +255,7 @@ def jsonl_rows(path: Path, size: int) -> Iterator[list[Row]]:
                 if lineno == 1:
                     line = line.removeprefix(b"\xef\xbb\xbf")
                 if line.strip():
-                    rows.append((lineno, _parse_line(line)))
+                    rows.append((lineno, parse_line(line)))
                     if len(rows) == size:
                         yield rows
                         rows = []
@@ -320,7 +320,9 @@ def _skip(text: str, pos: int, also: str = "") -> int:
     return pos
 
 
-def _parse_line(line: bytes) -> Any:
+def parse_line(line: bytes) -> Any:
+    """One JSONL line as its JSON value, or `Broken` saying why it is not one (not UTF-8, invalid JSON): the reader's
+    own message for a bad line, which the audit reports too."""
     line = line.rstrip(b"\r\n")  # so a truncated last value reads as "unexpected end", not a control character
     try:
         text = line.decode("utf-8")

@@ -1,5 +1,5 @@
 """`regen audit --html`: the audit report (dataset/audit.py's dict) as one self-contained HTML page, in the look of
-`regen inspect --html` (report.py: the same style sheet, tables and inline plots; matplotlib loads on the first plot).
+`regen inspect --html` (page.py: the same style sheet, tables and inline plots; matplotlib loads on the first plot).
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .report import _CSS, _e, _fmt, _histogram, _png, write_page
+from .page import document, escape, histogram, number, png, write_page
 
 _KEYS = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
 
@@ -15,7 +15,7 @@ _KEYS = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
 def write_audit_html(report: dict[str, Any], path: Path) -> None:
     """Write the audit `report` to `path` as a single offline HTML page."""
     body = [
-        f"<h1>regen audit: {_e(report['path'])}</h1>",
+        f"<h1>regen audit: {escape(report['path'])}</h1>",
         _summary(report),
         "<h2>By reason</h2>",
         _reasons(report),
@@ -23,21 +23,17 @@ def write_audit_html(report: dict[str, Any], path: Path) -> None:
         _by_turn(report["by_turn"]),
     ]
     if report["by"]:
-        body += [f"<h2>By {_e(report['by'])}</h2>", _groups(report)]
+        body += [f"<h2>By {escape(report['by'])}</h2>", _groups(report)]
     body += [
         "<h2>Lengths (existing assistant turns)</h2>",
         _lengths(report["lengths"]),
         '<div class="plots">',
-        *(f'<img alt="{_e(name)}" src="data:image/png;base64,{png}">' for name, png in _plots(report)),
+        *(f'<img alt="{escape(name)}" src="data:image/png;base64,{image}">' for name, image in _plots(report)),
         "</div>",
         "<h2>Examples</h2>",
         *(_example(reason, ex) for reason, examples in report["examples"].items() for ex in examples),
     ]
-    page = (
-        '<!doctype html><html><head><meta charset="utf-8"><title>regen audit</title>'
-        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
-    )
-    write_page(Path(path), page)
+    write_page(Path(path), document("regen audit", body))
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -56,8 +52,8 @@ def _summary(r: dict[str, Any]) -> str:
 def _reasons(r: dict[str, Any]) -> str:
     head = "<tr><th>reason</th><th>rows</th><th>share of rows</th><th>turns</th></tr>"
     rows = [
-        f'<tr><td>{_e(k)}</td><td class="n">{v:,}</td><td class="n">{r["by_reason_share"][k]:.1%}</td>'
-        f'<td class="n">{_fmt(r["turns_by_reason"].get(k))}</td></tr>'
+        f'<tr><td>{escape(k)}</td><td class="n">{v:,}</td><td class="n">{r["by_reason_share"][k]:.1%}</td>'
+        f'<td class="n">{number(r["turns_by_reason"].get(k))}</td></tr>'
         for k, v in r["by_reason"].items()
     ]
     return f"<table>{head}{''.join(rows)}</table>"
@@ -65,9 +61,9 @@ def _reasons(r: dict[str, Any]) -> str:
 
 def _by_turn(by_turn: dict[str, dict[str, Any]]) -> str:
     reasons = sorted({reason for t in by_turn.values() for reason in t["by_reason"]})
-    head = "<tr><th>turn</th><th>turns</th><th>failing</th>" + "".join(f"<th>{_e(x)}</th>" for x in reasons)
+    head = "<tr><th>turn</th><th>turns</th><th>failing</th>" + "".join(f"<th>{escape(x)}</th>" for x in reasons)
     rows = [
-        f'<tr><td>{_e(k)}</td><td class="n">{t["turns"]:,}</td><td class="n">{t["failing"]:,}</td>'
+        f'<tr><td>{escape(k)}</td><td class="n">{t["turns"]:,}</td><td class="n">{t["failing"]:,}</td>'
         + "".join(f'<td class="n">{t["by_reason"].get(x, 0):,}</td>' for x in reasons)
         + "</tr>"
         for k, t in by_turn.items()
@@ -76,14 +72,14 @@ def _by_turn(by_turn: dict[str, dict[str, Any]]) -> str:
 
 
 def _groups(r: dict[str, Any]) -> str:
-    head = f"<tr><th>{_e(r['by'])}</th><th>rows</th><th>failing</th><th>share</th><th>by reason</th></tr>"
+    head = f"<tr><th>{escape(r['by'])}</th><th>rows</th><th>failing</th><th>share</th><th>by reason</th></tr>"
     rows = []
     for name, g in r["groups"].items():
         reasons = ", ".join(f"{k} {v:,}" for k, v in g["by_reason"].items())
         cls = ' class="flag"' if g["failing_share"] > r["failing_share"] * 1.5 and g["failing_rows"] else ""
         rows.append(
-            f'<tr{cls}><td>{_e(name)}</td><td class="n">{g["rows"]:,}</td><td class="n">{g["failing_rows"]:,}</td>'
-            f'<td class="n">{g["failing_share"]:.1%}</td><td>{_e(reasons)}</td></tr>'
+            f'<tr{cls}><td>{escape(name)}</td><td class="n">{g["rows"]:,}</td><td class="n">{g["failing_rows"]:,}</td>'
+            f'<td class="n">{g["failing_share"]:.1%}</td><td>{escape(reasons)}</td></tr>'
         )
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -91,7 +87,7 @@ def _groups(r: dict[str, Any]) -> str:
 def _lengths(lengths: dict[str, dict[str, Any]]) -> str:
     head = "<tr><th></th>" + "".join(f"<th>{k}</th>" for k in _KEYS) + "</tr>"
     rows = [
-        f"<tr><td>{_e(name)}</td>" + "".join(f'<td class="n">{_fmt(p.get(k))}</td>' for k in _KEYS) + "</tr>"
+        f"<tr><td>{escape(name)}</td>" + "".join(f'<td class="n">{number(p.get(k))}</td>' for k in _KEYS) + "</tr>"
         for name, p in lengths.items()
     ]
     return f"<table>{head}{''.join(rows)}</table>"
@@ -100,16 +96,16 @@ def _lengths(lengths: dict[str, dict[str, Any]]) -> str:
 def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
     plots = []
     for name, hist in r["histograms"].items():
-        fig = _histogram(hist, title=name.replace("_", " "), ylabel="turns", color="#4c72b0")
-        plots.append((name, _png(fig)))
+        fig = histogram(hist, title=name.replace("_", " "), ylabel="turns", color="#4c72b0")
+        plots.append((name, png(fig)))
     return plots
 
 
 def _example(reason: str, ex: dict[str, Any]) -> str:
     title = f"{reason} · {ex['id']} · {ex['source']}" + (f" · turn {ex['turn']}" if "turn" in ex else "")
-    parts = [f"<details><summary>{_e(title)}</summary>", f'<p class="warn">{_e(ex["detail"])}</p>']
+    parts = [f"<details><summary>{escape(title)}</summary>", f'<p class="warn">{escape(ex["detail"])}</p>']
     for name in ("reasoning", "answer"):
         if name in ex:
-            parts.append(f"<b>{name}</b><pre>{_e(ex[name])}</pre>")
+            parts.append(f"<b>{name}</b><pre>{escape(ex[name])}</pre>")
     parts.append("</details>")
     return "".join(parts)

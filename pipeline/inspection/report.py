@@ -1,4 +1,5 @@
-"""`regen inspect --html`: the inspect report as one self-contained HTML file (plots inline, no network).
+"""`regen inspect --html`: the inspect report as one self-contained HTML file (plots inline, no network), in the
+look of page.py.
 
 matplotlib (~0.5 s and ~40 MB of imports) loads on the first plot, inside `write_html`, so importing this module
 (and `pipeline.inspection`) costs `regen status` and a plain `regen inspect` nothing.
@@ -6,39 +7,26 @@ matplotlib (~0.5 s and ~40 MB of imports) loads on the first plot, inside `write
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import OutputError
+from .page import document, escape, figure, histogram, number, png, write_page
 from .textview import SPEC_NONE, SPEC_UNIT, elide, simulated_lines
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
-table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
-th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}tr.flag td{background:#ffe4e1}
-.plots{display:flex;flex-wrap:wrap;gap:12px}.plots img{width:560px;border:1px solid #ddd}
-.warn{color:#a00;font-weight:600}pre{white-space:pre-wrap;background:#f8f8f8;padding:8px;font-size:12px}
-details{border:1px solid #ddd;margin:6px 0;padding:6px}summary{cursor:pointer;font-family:monospace}
-"""
-
 
 def write_html(report: dict[str, Any], path: Path) -> None:
     """Write `report` (from inspect_run) to `path` as a single offline HTML page."""
     body = [
-        f"<h1>regen inspect: {_e(report['run_dir'])}</h1>",
-        *(f'<p class="warn">{_e(line)}</p>' for line in simulated_lines(report)),
+        f"<h1>regen inspect: {escape(report['run_dir'])}</h1>",
+        *(f'<p class="warn">{escape(line)}</p>' for line in simulated_lines(report)),
         _summary(report),
         "<h2>Plots</h2>",
         '<div class="plots">',
-        *(f'<img alt="{_e(name)}" src="data:image/png;base64,{png}">' for name, png in _plots(report)),
+        *(f'<img alt="{escape(name)}" src="data:image/png;base64,{image}">' for name, image in _plots(report)),
         "</div>",
         "<h2>Lengths</h2>",
         _percentiles(report),
@@ -50,47 +38,29 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         "<h2>Sample</h2>",
         *(_sample(row) for row in report["sample"]),
     ]
-    page = (
-        '<!doctype html><html><head><meta charset="utf-8"><title>regen inspect</title>'
-        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
-    )
-    write_page(Path(path), page)
-
-
-def write_page(path: Path, page: str) -> None:
-    """Write an HTML page, creating its folder; OutputError naming the path when it cannot be written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
-    except (FileExistsError, NotADirectoryError):
-        raise OutputError(f"{path}: cannot write the HTML report: a file stands where its folder would be") from None
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write the HTML report: {exc.strerror or exc}") from None
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value))
+    write_page(Path(path), document("regen inspect", body))
 
 
 def _summary(r: dict[str, Any]) -> str:
     items = [
         f"<li>{r['rows']:,} rows in {r['files']} files: {r['accepted']:,} accepted, {r['rejected']:,} rejected "
         f"({r['reject_rate']:.1%})</li>",
-        f"<li>rejected by reason: {_e(_counts(r['rejected_by_reason']))}</li>",
-        f"<li>finish reasons: {_e(_counts(r['finish_reasons']))}</li>",
+        f"<li>rejected by reason: {escape(_counts(r['rejected_by_reason']))}</li>",
+        f"<li>finish reasons: {escape(_counts(r['finish_reasons']))}</li>",
         f"<li>empty answers: {r['empty_answers']['rows']:,}; short answers (&lt; "
         f"{r['short_answers']['threshold_bytes']} bytes): {r['short_answers']['rows']:,}; looping: "
         f"{r['repetition']['rows']:,} (checked {r['repetition']['checked']:,} of {r['repetition']['of']:,} rows); "
         f"answers shared by {r['duplicates_answers']['min_prompts']}+ prompts: "
         f"{r['duplicates_answers']['rows']:,}</li>",
     ]
-    items += [f'<li class="warn">{_e(w)}</li>' for w in r["warnings"]]
+    items += [f'<li class="warn">{escape(w)}</li>' for w in r["warnings"]]
     items += [
-        f'<li class="warn">{_e(f["kind"])} {_e(f["name"])}: {_e("; ".join(f["flags"]))}</li>' for f in r["flagged"]
+        f'<li class="warn">{escape(f["kind"])} {escape(f["name"])}: {escape("; ".join(f["flags"]))}</li>'
+        for f in r["flagged"]
     ]
     active = {k: v for k, v in r["filters"].items() if v is not None}
     if active:
-        items.append(f"<li>filters: {_e(active)}</li>")
+        items.append(f"<li>filters: {escape(active)}</li>")
     return "<ul>" + "".join(items) + "</ul>"
 
 
@@ -103,7 +73,7 @@ def _percentiles(r: dict[str, Any]) -> str:
     keys = ["count", "p1", "p10", "p50", "p90", "p99", "mean", "max"]
     rows = [
         "<tr><td>"
-        + _e(name)
+        + escape(name)
         + "</td>"
         + "".join(f'<td class="n">{_count(name, p.get(k))}</td>' for k in keys)
         + "</tr>"
@@ -117,15 +87,7 @@ def _count(name: str, x: Any) -> str:
     """A percentile of tokens or characters is a whole number (78.77 tokens reads as a bug); a ratio keeps 2 digits."""
     if isinstance(x, float) and name != "reasoning_answer_ratio":
         return f"{round(x):,}"
-    return _fmt(x)
-
-
-def _fmt(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:,.2f}" if abs(x) < 100 else f"{x:,.0f}"
-    return f"{x:,}"
+    return number(x)
 
 
 _GROUP_COLS = [
@@ -145,11 +107,11 @@ def _groups(groups: dict[str, dict[str, Any]], kind: str) -> str:
     rows = []
     for name, g in groups.items():
         cells = "".join(
-            f'<td class="n">{g[k]:.1%}</td>' if k.endswith("_rate") else f'<td class="n">{_fmt(g[k])}</td>'
+            f'<td class="n">{g[k]:.1%}</td>' if k.endswith("_rate") else f'<td class="n">{number(g[k])}</td>'
             for k, _ in _GROUP_COLS
         )
         cls = ' class="flag"' if g["flags"] else ""
-        rows.append(f"<tr{cls}><td>{_e(name)}</td>{cells}<td>{_e('; '.join(g['flags']))}</td></tr>")
+        rows.append(f"<tr{cls}><td>{escape(name)}</td>{cells}<td>{escape('; '.join(g['flags']))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -159,17 +121,19 @@ def _speculative(spec: dict[str, Any] | None) -> str:
         return ""
     head = "<h2>Speculative acceptance</h2>"
     if not spec["overall"]["reported"]:
-        return f"{head}<p>None reported in {spec['overall']['turns']:,} turns ({_e(SPEC_NONE)}).</p>"
+        return f"{head}<p>None reported in {spec['overall']['turns']:,} turns ({escape(SPEC_NONE)}).</p>"
     keys = ("turns", "reported", "mean", "p10", "p50", "p90", "weighted")
-    parts = [f"{head}<p>{_e(SPEC_UNIT)}; over {spec['of']} rows, one sample per generated turn.</p>"]
+    parts = [f"{head}<p>{escape(SPEC_UNIT)}; over {spec['of']} rows, one sample per generated turn.</p>"]
     for kind, title in (("overall", ""), ("by_shard", "shard"), ("by_endpoint", "endpoint"), ("by_turn", "turn"),
                         ("by_length", "completion tokens")):  # fmt: skip
         groups = {"all": spec[kind]} if kind == "overall" else spec[kind]
         rows = "".join(
-            f"<tr><td>{_e(name or '(none)')}</td>" + "".join(f'<td class="n">{_fmt(g[k])}</td>' for k in keys) + "</tr>"
+            f"<tr><td>{escape(name or '(none)')}</td>"
+            + "".join(f'<td class="n">{number(g[k])}</td>' for k in keys)
+            + "</tr>"
             for name, g in groups.items()
         )
-        head_row = f"<tr><th>{_e(title)}</th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>"
+        head_row = f"<tr><th>{escape(title)}</th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>"
         parts.append(f"<table>{head_row}{rows}</table>")
     return "".join(parts)
 
@@ -179,15 +143,15 @@ def _sample(row: dict[str, Any]) -> str:
         f"{row['id']} · {row['file']} · {row['endpoint']} · finish={row['finish_reason']} · "
         f"completion {row['completion_tokens']} tokens (reasoning {row['reasoning_tokens']})"
     )
-    parts = [f"<details open><summary>{_e(title)}</summary>"]
+    parts = [f"<details open><summary>{escape(title)}</summary>"]
     if row.get("reason"):
-        parts.append(f'<p class="warn">rejected: {_e(row["reason"])}: {_e(row.get("detail") or "")}</p>')
+        parts.append(f'<p class="warn">rejected: {escape(row["reason"])}: {escape(row.get("detail") or "")}</p>')
     if row.get("conversation"):
         parts += [_turn(n, m) for n, m in enumerate(row["conversation"], 1)]
     else:
         for name, limit in (("prompt", 2000), ("reasoning", 3000), ("answer", 4000)):
             text = row[name]
-            parts.append(f"<b>{name}</b> ({len(text):,} chars)<pre>{_e(elide(text, limit // 2, limit // 2))}</pre>")
+            parts.append(f"<b>{name}</b> ({len(text):,} chars)<pre>{escape(elide(text, limit // 2, limit // 2))}</pre>")
     parts.append("</details>")
     return "".join(parts)
 
@@ -195,42 +159,13 @@ def _sample(row: dict[str, Any]) -> str:
 def _turn(n: int, m: dict[str, Any]) -> str:
     """One message of a multi-turn sample: its role, and for an assistant turn its reasoning and answer."""
     tag = " (regenerated)" if m.get("generated") else ""
-    out = [f'<div class="turn"><b>[{n}] {_e(m["role"])}{tag}</b>']
+    out = [f'<div class="turn"><b>[{n}] {escape(m["role"])}{tag}</b>']
     if m.get("reasoning"):
         text = m["reasoning"]
-        out.append(f"<i>reasoning</i> ({len(text):,} chars)<pre>{_e(elide(text, 1000, 1000))}</pre>")
+        out.append(f"<i>reasoning</i> ({len(text):,} chars)<pre>{escape(elide(text, 1000, 1000))}</pre>")
     limit = 4000 if m["role"] == "assistant" else 2000
-    out.append(f"<pre>{_e(elide(m['content'], limit // 2, limit // 2))}</pre></div>")
+    out.append(f"<pre>{escape(elide(m['content'], limit // 2, limit // 2))}</pre></div>")
     return "".join(out)
-
-
-def _figure() -> Figure:
-    """A new, empty plot; the first call imports matplotlib."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; must precede any figure creation
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(6.4, 3.6))
-
-
-def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def _histogram(hist: dict[str, Any], *, title: str, ylabel: str, color: str) -> Figure:
-    """One histogram (`edges`, `counts` as the report and the audit compute them) as a figure."""
-    fig = _figure()
-    ax = fig.add_subplot()
-    if hist["counts"]:
-        edges = hist["edges"]
-        widths = [b - a for a, b in itertools.pairwise(edges)]
-        ax.bar(edges[:-1], hist["counts"], width=widths, align="edge", color=color)
-    ax.set_title(title)
-    ax.set_ylabel(ylabel)
-    return fig
 
 
 def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
@@ -238,11 +173,11 @@ def _plots(r: dict[str, Any]) -> list[tuple[str, str]]:
     colors = {"reasoning_tokens": "#4c72b0", "answer_tokens": "#dd8452", "answer_bytes": "#dd8452"}
     for name, hist in r["histograms"].items():
         title = f"{name.replace('_', ' ')} ({r['percentiles_of']} rows)"
-        fig = _histogram(hist, title=title, ylabel="rows", color=colors.get(name, "#55a868"))
+        fig = histogram(hist, title=title, ylabel="rows", color=colors.get(name, "#55a868"))
         fig.axes[0].set_xlabel(name.replace("_", " "))
-        plots.append((name, _png(fig)))
-    plots.append(("rejects over time", _png(_timeline(r["timeline"]))))
-    plots.append(("per endpoint", _png(_endpoint_bars(r["per_endpoint"]))))
+        plots.append((name, png(fig)))
+    plots.append(("rejects over time", png(_timeline(r["timeline"]))))
+    plots.append(("per endpoint", png(_endpoint_bars(r["per_endpoint"]))))
     return plots
 
 
@@ -250,7 +185,7 @@ def _timeline(t: dict[str, Any]) -> Figure:
     import matplotlib
     from matplotlib import dates as mdates
 
-    fig = _figure()
+    fig = figure()
     ax = fig.add_subplot()
     ax.set_title("accepted and rejected by reason over time")
     if t["edges"]:
@@ -270,7 +205,7 @@ def _timeline(t: dict[str, Any]) -> Figure:
 
 
 def _endpoint_bars(groups: dict[str, dict[str, Any]]) -> Figure:
-    fig = _figure()
+    fig = figure()
     ax = fig.add_subplot()
     ax.set_title("problem rates per endpoint")
     names = list(groups)

@@ -138,9 +138,10 @@ def _every_export(run_dir: Path, tmp_path: Path, tokenizer: Path) -> None:
             assert first["regenerated"] == [m["role"] == "assistant" and not m["tool_calls"] for m in first["messages"]]
         if fmt == "sharegpt":
             assert {"function_call", "observation"} <= {m["from"] for m in first["conversations"]}
-    from pipeline.dataset.export import export_run
+    from pipeline.dataset.export import ExportOptions
+    from pipeline.dataset.exporters import export
 
-    summary = export_run(run_dir, format="tokenized", out=tmp_path / "export-tokenized", tokenizer=tokenizer)
+    summary = export(run_dir, "tokenized", tmp_path / "export-tokenized", ExportOptions(tokenizer=tokenizer))
     rows = _rows(run_dir)
     table = pq.read_table(sorted((tmp_path / "export-tokenized" / "data").glob("*.parquet"))).to_pylist()
     assert summary["rows"] == len(table) == 265
