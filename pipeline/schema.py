@@ -135,18 +135,20 @@ def turn_row(turn: Turn) -> dict[str, Any]:
 
 def turn_of(entry: Mapping[str, Any]) -> Turn:
     """A `turns` element read back (a journaled turn); a key it lacks reads as null, the answer as ""."""
-    return Turn(**_not_null({key: entry.get(key) for key in TURN_KEYS}))
+    return Turn(**{key: _field(entry, key) for key in TURN_KEYS})
 
 
 def completion_of(row: Mapping[str, Any]) -> Completion:
     """A stored row's own (last) turn as the Completion it was made from, near enough to validate again: the
     COMPLETION_COLUMNS it holds; a column it lacks reads as null, the answer as ""."""
-    return Completion(**_not_null({name: row.get(name) for name in COMPLETION_COLUMNS}))
+    return Completion(**{name: _field(row, name) for name in COMPLETION_COLUMNS})
 
 
-def _not_null(values: dict[str, Any]) -> dict[str, Any]:
-    """Column values as record fields: a null where the field takes none reads as its empty value."""
-    return values | {name: values[name] or empty for name, empty in _EMPTY.items() if name in values}
+def _field(row: Mapping[str, Any], name: str) -> Any:
+    """A column's value as its record field takes it: null (or missing) where the field takes no null reads as the
+    field's empty value."""
+    value = row.get(name)
+    return (value or _EMPTY[name]) if name in _EMPTY else value
 
 
 # The record fields that take no null, with the value a null (or missing) column reads as.
