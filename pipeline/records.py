@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -74,8 +74,10 @@ class BadInput:
 
 
 @dataclass(frozen=True, slots=True)
-class Completion:
-    """What one endpoint answered for one request, already split into reasoning and answer."""
+class Generated:
+    """What a generation produced, and where and how fast: the head that a Completion and a Turn share, declared
+    once here (both extend it). Turn also shares Completion's acceptance and repetition fields, but declares them
+    itself: a Turn's fields follow the `turns` column's order (schema.TURN_TYPE), which puts `attempts` before them."""
 
     reasoning: str | None
     answer: str
@@ -83,9 +85,15 @@ class Completion:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
-    model: str = ""
     endpoint: str = ""
     latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion(Generated):
+    """What one endpoint answered for one request, already split into reasoning and answer."""
+
+    model: str = ""
     seed: int = 0
     # the server's speculative decoding on this request: tokens per verify step (the bonus token included), steps
     spec_accept_length: float | None = None
@@ -101,19 +109,11 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class Turn(Generated):
     """One generated assistant turn: an element of a row's `turns` column (schema.TURN_TYPE, same fields in the
     same order), and what the journal keeps of a finished turn of a conversation whose row is not stored yet.
-    `attempts` counts the requests this turn took."""
+    `attempts` counts the requests this turn took; every other field is the accepted completion's (`Turn.of`)."""
 
-    reasoning: str | None
-    answer: str
-    finish_reason: str
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    endpoint: str = ""
-    latency_s: float = 0.0
     attempts: int = 1
     spec_accept_length: float | None = None
     spec_verify_ct: int | None = None
@@ -121,20 +121,11 @@ class Turn:
 
     @classmethod
     def of(cls, completion: Completion, attempts: int) -> Turn:
-        return cls(
-            completion.reasoning,
-            completion.answer,
-            completion.finish_reason,
-            completion.prompt_tokens,
-            completion.completion_tokens,
-            completion.reasoning_tokens,
-            completion.endpoint,
-            completion.latency_s,
-            attempts,
-            completion.spec_accept_length,
-            completion.spec_verify_ct,
-            completion.repetition_chars,
-        )
+        """The turn an accepted completion makes, field by name."""
+        return cls(**{name: getattr(completion, name) for name in _FROM_COMPLETION}, attempts=attempts)
+
+
+_FROM_COMPLETION = tuple(f.name for f in fields(Turn) if f.name != "attempts")  # Turn.of's: each a Completion field
 
 
 @dataclass(frozen=True, slots=True)

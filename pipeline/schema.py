@@ -7,6 +7,7 @@ values are JSON-encoded), so one input file with mixed types still writes.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -68,6 +69,9 @@ BASE_FIELDS: list[pa.Field] = [
     pa.field("message_extras", pa.list_(pa.string())),
     pa.field("input_fingerprint", pa.string()),  # the conversation as read; the repaired export checks it
 ]
+# records.Completion's fields that are columns too (they describe the row's own turn, its last), in column order
+_COMPLETION_FIELDS = {f.name for f in dataclasses.fields(Completion)}
+COMPLETION_COLUMNS: tuple[str, ...] = tuple(f.name for f in BASE_FIELDS if f.name in _COMPLETION_FIELDS)
 REJECT_FIELDS: list[pa.Field] = [pa.field("reason", pa.string()), pa.field("detail", pa.string())]
 
 # Reason codes in order of precedence (DESIGN.md section 5).
@@ -125,39 +129,38 @@ def _now_us() -> int:
 
 
 def turn_row(turn: Turn) -> dict[str, Any]:
-    """One element of the `turns` column, as the journal and the Parquet writer take it."""
-    return {
-        "reasoning": turn.reasoning,
-        "answer": turn.answer,
-        "finish_reason": turn.finish_reason,
-        "prompt_tokens": turn.prompt_tokens,
-        "completion_tokens": turn.completion_tokens,
-        "reasoning_tokens": turn.reasoning_tokens,
-        "endpoint": turn.endpoint,
-        "latency_s": turn.latency_s,
-        "attempts": turn.attempts,
-        "spec_accept_length": turn.spec_accept_length,
-        "spec_verify_ct": turn.spec_verify_ct,
-        "repetition_chars": turn.repetition_chars,
-    }
+    """One element of the `turns` column, as the journal and the Parquet writer take it (keys in TURN_KEYS order)."""
+    return {key: getattr(turn, key) for key in TURN_KEYS}
 
 
 def turn_of(entry: Mapping[str, Any]) -> Turn:
     """A `turns` element read back (a journaled turn); a key it lacks reads as null, the answer as ""."""
-    return Turn(
-        entry.get("reasoning"),
-        entry.get("answer") or "",
-        entry.get("finish_reason") or "",
-        entry.get("prompt_tokens"),
-        entry.get("completion_tokens"),
-        entry.get("reasoning_tokens"),
-        entry.get("endpoint") or "",
-        entry.get("latency_s") or 0.0,
-        entry.get("attempts") or 0,
-        entry.get("spec_accept_length"),
-        entry.get("spec_verify_ct"),
-        entry.get("repetition_chars"),
-    )
+    return Turn(**{key: _field(entry, key) for key in TURN_KEYS})
+
+
+def completion_of(row: Mapping[str, Any]) -> Completion:
+    """A stored row's own (last) turn as the Completion it was made from, near enough to validate again: the
+    COMPLETION_COLUMNS it holds; a column it lacks reads as null, the answer as ""."""
+    return Completion(**{name: _field(row, name) for name in COMPLETION_COLUMNS})
+
+
+def _field(row: Mapping[str, Any], name: str) -> Any:
+    """A column's value as its record field takes it: null (or missing) where the field takes no null reads as the
+    field's empty value."""
+    value = row.get(name)
+    return (value or _EMPTY[name]) if name in _EMPTY else value
+
+
+# The record fields that take no null, with the value a null (or missing) column reads as.
+_EMPTY: dict[str, Any] = {
+    "answer": "",
+    "finish_reason": "",
+    "model": "",
+    "endpoint": "",
+    "latency_s": 0.0,
+    "seed": 0,
+    "attempts": 0,
+}
 
 
 def accepted_row(

@@ -15,6 +15,7 @@
 - private cross imports: `from X import _name` in pipeline/ or regen/ where X is another module (issue 39)
 - export entry point parameters: how many the export entry point takes (dataset/exporters.py `export`; before the
   registry, dataset/export.py `export_run`)
+- repeated declarations (issue 39): what is declared twice where one place should own it (`repeated_declarations`)
 With `--before OLD`, a markdown table of OLD's measures against this checkout's.
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
@@ -173,6 +174,76 @@ def export_run_params(root: Path) -> int:
     return 0
 
 
+def repeated_declarations(root: Path) -> list[str]:
+    """Declarations written twice where one place should own them (issue 39, item 5). Each finding names the place
+    and, after the colon, how many names or statements it repeats; none is left when each has one owner:
+
+    - fault fields: `p_*` fields annotated in a class of both sim/config.py and sim/faults.py;
+    - column lists: a list or tuple literal of 3+ strings, all schema.py column names, in inspection/sample.py or
+      store/quarantine.py (typed by hand instead of derived from schema.py);
+    - Completion/Turn: 3+ field names annotated in both classes' own bodies; a `Turn.of` passing 3+ positional args;
+    - dataclass to dict by hand: a dict literal of 5+ entries, every one `"name": x.name` of one `x` (outside sim/);
+    - twin handlers: two `except` clauses of one `try` sharing 3+ identical statements, a bare return aside (outside
+      sim/)."""
+    pkg = root / "pipeline"
+
+    def parse(rel: str) -> ast.Module:
+        path = pkg / rel
+        return ast.parse(path.read_text()) if path.exists() else ast.Module(body=[], type_ignores=[])
+
+    def annotated(classes: list[ast.ClassDef]) -> set[str]:
+        body = [s for c in classes for s in c.body if isinstance(s, ast.AnnAssign)]
+        return {s.target.id for s in body if isinstance(s.target, ast.Name) and s.target.id != "_"}
+
+    def classes(module: ast.Module, *names: str) -> list[ast.ClassDef]:
+        return [n for n in ast.walk(module) if isinstance(n, ast.ClassDef) and (not names or n.name in names)]
+
+    def strings(node: ast.AST) -> list[str]:
+        elts = node.elts if isinstance(node, ast.List | ast.Tuple) else []
+        return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+    out = []
+    faults = annotated(classes(parse("sim/config.py"))) & annotated(classes(parse("sim/faults.py")))
+    if faulty := sorted(name for name in faults if name.startswith("p_")):
+        out.append(f"fault fields annotated in both sim/config.py and sim/faults.py: {len(faulty)}")
+
+    schema = list(ast.walk(parse("schema.py")))
+    columns = {n.args[0].value for n in schema if isinstance(n, ast.Call) and n.args and strings(ast.List([n.args[0]]))}
+    columns |= {n.elts[0].value for n in schema if isinstance(n, ast.Tuple) and len(n.elts) == 2 and strings(n)[:1]}
+    for rel in ("inspection/sample.py", "store/quarantine.py"):
+        for n in ast.walk(parse(rel)):
+            names = strings(n)
+            if len(names) >= 3 and len(names) == len(getattr(n, "elts", ())) and set(names) <= columns:
+                out.append(f"column list typed by hand at pipeline/{rel}:{n.lineno}: {len(names)}")
+
+    files = _files(root, "sim/")
+    records = [c for path in files for c in classes(ast.parse(path.read_text()), "Completion", "Turn")]
+    turns = [c for c in records if c.name == "Turn"]
+    shared = annotated(turns) & annotated([c for c in records if c.name == "Completion"])
+    if len(shared) >= 3:
+        out.append(f"fields annotated in both Completion and Turn: {len(shared)}")
+    of = [f for c in turns for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "of"]
+    if (positional := max((len(n.args) for f in of for n in ast.walk(f) if isinstance(n, ast.Call)), default=0)) >= 3:
+        out.append(f"Turn.of copies by position: {positional}")
+
+    for path in files:
+        rel = path.relative_to(root)
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Dict) and len(n.keys) >= 5:
+                pairs = [(k, v) for k, v in zip(n.keys, n.values, strict=True) if isinstance(v, ast.Attribute)]
+                owners = {ast.dump(v.value) for k, v in pairs if isinstance(k, ast.Constant) and k.value == v.attr}
+                if len(pairs) == len(n.keys) and len(owners) == 1:
+                    out.append(f"dataclass to dict by hand at {rel}:{n.lineno}: {len(pairs)}")
+            if isinstance(n, ast.Try):
+                bare = (ast.dump(ast.Return()), ast.dump(ast.Return(ast.Constant(None))))
+                bodies = [{ast.dump(s) for s in h.body} - set(bare) for h in n.handlers]
+                for i, a in enumerate(bodies):
+                    for b in bodies[i + 1 :]:
+                        if len(a & b) >= 3:
+                            out.append(f"twin except clauses at {rel}:{n.lineno}: {len(a & b)}")
+    return out
+
+
 def measure(root: Path) -> dict[str, Any]:
     return {
         "version_tuples_outside_sglang": version_tuples(root),
@@ -186,6 +257,7 @@ def measure(root: Path) -> dict[str, Any]:
         "test_modules_imported_by_tests": test_modules_imported_by_tests(root),
         "private_cross_imports": private_cross_imports(root),
         "export_run_params": export_run_params(root),
+        "repeated_declarations": repeated_declarations(root),
     }
 
 

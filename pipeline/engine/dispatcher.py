@@ -227,21 +227,8 @@ class Dispatcher:
             # ... unless no prompt has been served yet: then it is more likely the config's (see circuit.py)
             await self._failed(t, exc, f"before any completion of this run: {exc}")
             return None
-        except HungRequestError as exc:  # aborted past its deadline: retried elsewhere, not the prompt's attempt
-            t.endpoint_failures += 1
-            self.metrics.record_error(str(exc))
-            await self.pool.release(ep, error=exc)
-            t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} endpoint failures; last: {exc}"
-            self.circuit.failed(str(exc))
-            return None
-        except EndpointDownError as exc:  # the endpoint is at fault: does not use up the prompt's attempts
-            t.endpoint_failures += 1
-            self.metrics.endpoint_failures += 1
-            self.metrics.record_error(str(exc))
-            self.pool.mark_down(ep, str(exc))
-            await self.pool.release(ep, error=exc)
-            t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} endpoint failures; last: {exc}"
-            self.circuit.failed(str(exc))
+        except (HungRequestError, EndpointDownError) as exc:  # the endpoint's fault, not one of the prompt's attempts
+            await self._endpoint_failed(ep, t, exc)
             return None
         except RequestError as exc:  # 5xx, timeouts, invalid JSON: counted, retried after a backoff
             await self.pool.release(ep, error=exc)
@@ -254,6 +241,19 @@ class Dispatcher:
         self.circuit.completed()
         self.deadlines.observe(ep.url, completion.completion_tokens, completion.latency_s)
         return completion
+
+    async def _endpoint_failed(self, ep: EndpointState, t: _Tally, exc: HungRequestError | EndpointDownError) -> None:
+        """A request lost to its endpoint: hung (aborted past its deadline) or down (refused, reset, declared down
+        while in flight). It counts toward the prompt's `max_endpoint_failures`; a down endpoint is also marked down
+        (a hung one is the health monitor's to judge)."""
+        t.endpoint_failures += 1
+        self.metrics.record_error(str(exc))
+        if isinstance(exc, EndpointDownError):
+            self.metrics.endpoint_failures += 1
+            self.pool.mark_down(ep, str(exc))
+        await self.pool.release(ep, error=exc)
+        t.reason, t.detail = "exhausted_retries", f"{t.endpoint_failures} endpoint failures; last: {exc}"
+        self.circuit.failed(str(exc))
 
     async def _failed(self, t: _Tally, exc: RequestError, detail: str, *, refused: bool = False) -> None:
         """A request failure, then a backoff (or the server's Retry-After) unless it was the last of its budget.

@@ -12,25 +12,13 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from ..schema import COMPLETION_COLUMNS, REJECT_FIELDS
 from ..store.files import DataFile
 from .pending import file_label
 
-_SAMPLE_COLUMNS = [
-    "id",
-    "messages",
-    "reasoning",
-    "answer",
-    "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "endpoint",
-    "model",
-    "attempts",
-    "latency_s",
-    "created_at",
-    "turns",
-]
+# what `sample_entry` reads: the row's own turn (schema's COMPLETION_COLUMNS), its prompt, attempts, time and turns
+_SAMPLE_COLUMNS = ["id", "messages", *COMPLETION_COLUMNS, "attempts", "created_at", "turns"]
+_REJECT_COLUMNS = [f.name for f in REJECT_FIELDS]  # and why, when the row is a reject
 
 
 def choose(candidates: int, n: int, seed: int) -> np.ndarray:
@@ -45,7 +33,7 @@ def fetch_rows(
     files: Sequence[DataFile], locations: Sequence[tuple[int, int]], columns: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
     """The rows at (file index, row in file), in the order asked, reading one row group per distinct group."""
-    wanted_columns = list(columns) if columns is not None else [*_SAMPLE_COLUMNS, "reason", "detail"]
+    wanted_columns = list(columns) if columns is not None else [*_SAMPLE_COLUMNS, *_REJECT_COLUMNS]
     wanted: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for order, (fi, row) in enumerate(locations):
         group, offset = _locate(files[fi].row_groups, row)

@@ -62,18 +62,11 @@ class Check:
             object.__setattr__(self, "level", "info" if self.ok else "error")  # frozen: set once, here
 
     def as_json(self) -> dict[str, Any]:
-        """The check in `regen preflight --json` and run.json: these keys in this order (`worker` when set)."""
-        out = {
-            "name": self.name,
-            "key": self.key,
-            "expected": self.expected,
-            "actual": self.actual,
-            "ok": self.ok,
-            "hint": self.hint,
-            "level": self.level,
-        }
-        if self.worker is not None:
-            out["worker"] = self.worker
+        """The check in `regen preflight --json` and run.json: its fields as keys, in their order (`worker` only when
+        set)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.worker is None:
+            del out["worker"]
         return out
 
 

@@ -13,6 +13,7 @@ from ..sglang.flags import Flag, all_flags, flags_of
 from ..sglang.releases import EMULATED
 from ..sglang.resolution import MAMBA_STRATEGIES, check_flags, check_spec_algorithm
 from ..sglang.resolution import StartupRefused as SimStartupError
+from .faults import FaultRates
 
 # Fields that are SGLang server_args (passed to `pipeline.sglang.resolution.resolve`); the rest are simulator knobs.
 SERVER_ARG_FIELDS = (
@@ -52,7 +53,7 @@ _EXTRA = "sglang:"  # argparse dest prefix of the flags kept as given (`extra_ar
 
 
 @dataclass(frozen=True)
-class SimConfig:
+class SimConfig(FaultRates):
     # SGLang launch flags (server_args names)
     model_path: str = "Qwen/Qwen3.6-27B"
     served_model_name: str | None = None
@@ -101,15 +102,8 @@ class SimConfig:
     health_delay_s: float = 0.0  # /health's own latency (real SGLang: ≥1 s for its 1-token generation)
     disconnect_check_s: float = 0.0  # 0: a non-streaming request's gone client is seen at once; see --disconnect-check
     drain_timeout_s: float = 60.0  # SIGTERM: longest wait for in-flight requests
-    # faults: probabilities per generation request, drawn from (seed, prompt, attempt)
-    p_500: float = 0.0
-    p_503: float = 0.0
-    p_reset: float = 0.0
-    p_hang: float = 0.0
-    p_empty: float = 0.0
-    p_answer_in_reasoning: float = 0.0
-    p_invalid_json: float = 0.0
-    p_stall: float = 0.0  # stream: role chunk and a few deltas, then silence (connection open) until abort/disconnect
+    # faults: the probability of each kind per generation request is a FaultRates `p_*` field (inherited, keyword
+    # only), drawn from (seed, prompt, attempt); the other fault knobs follow
     loop_share: float = 0.0  # thinking generations that fall into a verbatim loop part-way and run to max_tokens
     trickle_s: float = 0.0  # streams send one delta every S seconds: slow but alive
     die_after: int | None = None  # stop serving after N generation responses
@@ -141,7 +135,7 @@ class SimConfig:
         return dataclasses.replace(self, **changes)
 
 
-_FAULT_FLAGS = (
+_FAULT_FLAGS = (  # one `--fail-*` flag per FaultRates field
     ("--fail-500", "p_500", "probability of an HTTP 500 (InternalServerError) before generating"),
     ("--fail-503", "p_503", "probability of an HTTP 503 'The request queue is full.' before generating"),
     ("--fail-reset", "p_reset", "probability of a connection reset in the middle of the response body"),
@@ -416,7 +410,7 @@ def _from_namespace(ns: argparse.Namespace, argv: tuple[str, ...] = ()) -> SimCo
     config = SimConfig(**values, extra_args=extra, launch_argv=argv)
     check_flags(config.server_args(), config.version)
     check_spec_algorithm(config.speculative_algorithm, config.version)  # argparse's choices, before anything runs
-    total = sum(getattr(config, name) for _flag, name, _help in _FAULT_FLAGS)
+    total = sum(config.probabilities())
     if total > 1 + 1e-9:
         raise SimStartupError(f"the --fail-* probabilities must sum to at most 1, got {total:g}", "argparse")
     return config

@@ -7,18 +7,18 @@ draws afresh.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .text import digest
 
-# Kinds, in the order their probabilities are stacked on [0, 1).
-# New kinds go last, so adding one leaves the draws of the others unchanged.
-KINDS = ("500", "503", "reset", "hang", "empty", "answer_in_reasoning", "invalid_json", "stall")
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultRates:
+    """The probability of each fault kind per generation request, `p_<kind>`: the one place the kinds are declared.
+    `SimConfig` takes them as its `--fail-*` knobs, and a `FaultPlan` draws from them. The fields' order is the order
+    the probabilities are stacked on [0, 1): new kinds go last, so adding one leaves the draws of the others
+    unchanged."""
 
-@dataclass(frozen=True, slots=True)
-class FaultPlan:
-    seed: int
     p_500: float = 0.0
     p_503: float = 0.0
     p_reset: float = 0.0
@@ -26,24 +26,30 @@ class FaultPlan:
     p_empty: float = 0.0
     p_answer_in_reasoning: float = 0.0
     p_invalid_json: float = 0.0
-    p_stall: float = 0.0
+    p_stall: float = 0.0  # stream: role chunk and a few deltas, then silence (connection open) until abort/disconnect
+
+    def probabilities(self) -> tuple[float, ...]:
+        """The probabilities in stacking order (`RATE_FIELDS`)."""
+        return tuple(getattr(self, name) for name in RATE_FIELDS)
+
+
+RATE_FIELDS = tuple(f.name for f in fields(FaultRates))
+KINDS = tuple(name.removeprefix("p_") for name in RATE_FIELDS)  # what `FaultPlan.draw` returns
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan(FaultRates):
+    seed: int
 
     def __post_init__(self) -> None:
         probs = self.probabilities()
         if any(p < 0 or p > 1 for p in probs) or sum(probs) > 1 + 1e-9:
             raise ValueError(f"fault probabilities must be in [0, 1] and sum to at most 1, got {probs}")
 
-    def probabilities(self) -> tuple[float, ...]:
-        return (
-            self.p_500,
-            self.p_503,
-            self.p_reset,
-            self.p_hang,
-            self.p_empty,
-            self.p_answer_in_reasoning,
-            self.p_invalid_json,
-            self.p_stall,
-        )
+    @classmethod
+    def of(cls, seed: int, rates: FaultRates) -> FaultPlan:
+        """The plan that draws `rates` (a `SimConfig`'s, say) under `seed`."""
+        return cls(seed, **{name: getattr(rates, name) for name in RATE_FIELDS})
 
     @property
     def active(self) -> bool:

@@ -95,17 +95,7 @@ class Sim:
                 batch_half=config.batch_half,
                 prefill_tokens_per_s=config.prefill_tokens_per_s,
             )
-        self.faults = FaultPlan(
-            seed=config.seed,
-            p_500=config.p_500,
-            p_503=config.p_503,
-            p_reset=config.p_reset,
-            p_hang=config.p_hang,
-            p_empty=config.p_empty,
-            p_answer_in_reasoning=config.p_answer_in_reasoning,
-            p_invalid_json=config.p_invalid_json,
-            p_stall=config.p_stall,
-        )
+        self.faults = FaultPlan.of(config.seed, config)
         self.replies = load_replies(config.replies) if config.replies else {}  # prompt → script (--replies)
         self.stats = Stats()
         self.old_shape = config.old_stream_shape or self.v < STREAM_CHUNKS_MSGSPEC

@@ -26,8 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import ValidateConfig
-from ..records import Completion
-from ..schema import reject_schema
+from ..schema import COMPLETION_COLUMNS, completion_of, reject_schema
 from ..validator import validate
 from .files import (
     QUARANTINE_PREFIX as PREFIX,
@@ -50,19 +49,6 @@ from .remote import bucket_transaction
 from .scan import duplicates
 
 EXAMPLES = 10
-_COMPLETION_FIELDS = (
-    "reasoning",
-    "answer",
-    "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "model",
-    "endpoint",
-    "latency_s",
-    "seed",
-    "spec_accept_length",
-)
 
 
 def validate_run(
@@ -154,13 +140,13 @@ def _check_shard(
     failing: dict[str, tuple[str, str]] = {}
     leftover: list[np.ndarray] = []
     names = pq.read_schema(f.path).names
-    columns = ["id", *(c for c in _COMPLETION_FIELDS if c in names)]
+    columns = ["id", *(c for c in COMPLETION_COLUMNS if c in names)]
     for batch in pq.ParquetFile(f.path).iter_batches(batch_size=4096, columns=columns):
         result["rows"] += batch.num_rows
         already = pc.is_in(batch.column("id"), value_set=moved).to_numpy(zero_copy_only=False)
         leftover.append(batch.column("id").filter(pa.array(already)).to_numpy(zero_copy_only=False))
         for i, row in enumerate(batch.to_pylist()):
-            verdict = validate(_completion(row), cfg, thinking)
+            verdict = validate(completion_of(row), cfg, thinking)
             if verdict.ok:
                 continue
             reason = verdict.reason or "invalid"
@@ -172,22 +158,6 @@ def _check_shard(
             if not already[i]:
                 failing[row["id"]] = (reason, verdict.detail)
     return failing, np.concatenate(leftover) if leftover else np.empty(0, dtype=object)
-
-
-def _completion(row: dict[str, Any]) -> Completion:
-    return Completion(
-        reasoning=row.get("reasoning"),
-        answer=row.get("answer") or "",
-        finish_reason=row.get("finish_reason") or "",
-        prompt_tokens=row.get("prompt_tokens"),
-        completion_tokens=row.get("completion_tokens"),
-        reasoning_tokens=row.get("reasoning_tokens"),
-        model=row.get("model") or "",
-        endpoint=row.get("endpoint") or "",
-        latency_s=row.get("latency_s") or 0.0,
-        seed=row.get("seed") or 0,
-        spec_accept_length=row.get("spec_accept_length"),
-    )
 
 
 def _write_quarantine(run_dir: Path, f: DataFile, failing: dict[str, tuple[str, str]]) -> None:
