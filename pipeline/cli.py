@@ -425,7 +425,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .dataset.audit import AuditOptions, audit_dataset, format_audit
+    from .dataset.audit import audit_dataset, format_audit
+    from .inputs.row_audit import AuditOptions
 
     cfg = load_config(args.config, args.set)
     given = {"format": args.format, "messages_field": args.messages_field, "id_field": args.id_field}

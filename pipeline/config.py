@@ -177,9 +177,10 @@ class Config:
     def generation_fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its resume: the model, sampling and the validators."""
         # As plain JSON data (tuples as lists), so it compares equal to the copy read back from run.json.
-        return _plain(
+        result: dict[str, Any] = _plain(
             {"generation": dataclasses.asdict(self.generation), "validate": dataclasses.asdict(self.validate)}
         )
+        return result
 
     def generation_hash(self) -> str:
         blob = orjson.dumps(self.generation_fingerprint(), option=orjson.OPT_SORT_KEYS)
@@ -187,7 +188,8 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain data. Secrets are never in a Config (only env var names)."""
-        return _plain(dataclasses.asdict(self))
+        result: dict[str, Any] = _plain(dataclasses.asdict(self))
+        return result
 
 
 def _plain(value: Any) -> Any:

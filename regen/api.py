@@ -106,12 +106,14 @@ def preflight(config: ConfigLike, *, overrides: Sequence[str] = (), endpoints: S
 
     cfg = with_endpoints(load(config, overrides), endpoints)
     check_endpoints(cfg)
-    return _outside_a_loop(lambda: asyncio.run(preflight_config(cfg, urls=list(endpoints) or None)))
+    result: dict[str, Any] = _outside_a_loop(lambda: asyncio.run(preflight_config(cfg, urls=list(endpoints) or None)))
+    return result
 
 
 def audit(path: str | Path, *, config: ConfigLike | None = None, ids_out: str | Path | None = None) -> dict[str, Any]:
     """`regen audit PATH --json`: {rows, assistant_turns, failing_rows, by_reason, ...}."""
-    from pipeline.dataset.audit import AuditOptions, audit_dataset
+    from pipeline.dataset.audit import audit_dataset
+    from pipeline.inputs.row_audit import AuditOptions
 
     opts = AuditOptions.from_config(load(config))
     return audit_dataset(str(path), opts, ids_out=Path(ids_out) if ids_out else None)
@@ -154,7 +156,9 @@ def validate(run_dir: str | Path, *, quarantine: bool = False) -> dict[str, Any]
     return validate_run(_existing(run_dir), quarantine=quarantine)
 
 
-def rows(run_dir: str | Path, *, rejects: bool = False, columns: Sequence[str] | None = None) -> Iterator[dict]:
+def rows(
+    run_dir: str | Path, *, rejects: bool = False, columns: Sequence[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """The committed rows of a run (shards, or rejects), part by part and row group by row group: memory stays
     flat whatever the run's size. Rows still in the journals are not committed yet (`inspect` shows them)."""
     folder = _existing(run_dir) / (REJECTS if rejects else SHARDS)

@@ -223,7 +223,8 @@ def _has_samples(meta: pq.FileMetaData) -> bool:
         if stats is None or not stats.has_null_count:
             return True
         nulls += stats.null_count
-    return nulls < meta.num_rows
+    result: bool = nulls < meta.num_rows
+    return result
 
 
 class _Once:

@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncio_throttle import Throttler
+from asyncio_throttle.throttler import Throttler
 
 from .client import EndpointClient
 from .lifecycle import DEGRADED, DOWN, DRAINING, HEALTHY, LIVE, RETIRED

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from aiohttp.abc import AbstractResolver as Resolver  # the seam for name lookups (tests answer names themselves)
+from aiohttp.abc import AbstractResolver
 from multidict import CIMultiDictProxy
 
 from . import failures
 
+Resolver = AbstractResolver  # the seam for name lookups (tests answer names themselves)
 KEEPALIVE_S = 4.0
 DNS_TTL_S = 10
 HAPPY_EYEBALLS_DELAY_S = 0.25

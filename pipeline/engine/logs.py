@@ -95,7 +95,7 @@ class Burst(logging.Filter):
 _HANDLER_NAME = "regen-cli"
 
 
-class _Stderr(logging.StreamHandler):
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]  # generic only in typeshed; subscripting fails at run time on 3.11
     """Writes to whatever sys.stderr is at the time (the CLI run in-process by tests swaps it per test)."""
 
     @property

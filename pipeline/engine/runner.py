@@ -82,7 +82,8 @@ class RunSummary:
     def refused_all(self) -> bool:
         """Every row this invocation finished was refused (bad_input): a wrong dataset, never a success."""
         m = self.metrics
-        return m["done"] > 0 and m["rejected_by_reason"].get("bad_input", 0) == m["done"]
+        result: bool = m["done"] > 0 and m["rejected_by_reason"].get("bad_input", 0) == m["done"]
+        return result
 
 
 def worker_from_env(index: int | None, count: int | None) -> tuple[int, int]:

@@ -359,7 +359,8 @@ def _never_null(pf: pq.ParquetFile, name: str) -> bool:
         )
         if stats is None or not stats.has_null_count or stats.null_count > 0:
             return False
-    return meta.num_row_groups > 0
+    result: bool = meta.num_row_groups > 0
+    return result
 
 
 def arrow_rows(path: Path, columns: list[str], size: int, ids_only: str | None) -> Iterator[list[Row]]:

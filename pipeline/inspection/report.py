@@ -189,7 +189,7 @@ def _timeline(t: dict[str, Any]) -> Figure:
     ax = fig.add_subplot()
     ax.set_title("accepted and rejected by reason over time")
     if t["edges"]:
-        starts = mdates.date2num([datetime.fromtimestamp(x, UTC) for x in t["edges"][:-1]])
+        starts = mdates.date2num([datetime.fromtimestamp(x, UTC) for x in t["edges"][:-1]])  # type: ignore[no-untyped-call]
         width = (t["edges"][1] - t["edges"][0]) / 86400.0
         bottom = [0.0] * len(starts)
         series = [("accepted", t["accepted"]), *t["by_reason"].items()]

@@ -60,7 +60,8 @@ class _Codes:
         dict_arr = pc.dictionary_encode(arr.fill_null(null))
         with self._lock:
             local = [self._code(v) for v in dict_arr.dictionary.to_pylist()]
-        return np.asarray(local, dtype=np.int16)[dict_arr.indices.to_numpy(zero_copy_only=False)]
+        result: np.ndarray = np.asarray(local, dtype=np.int16)[dict_arr.indices.to_numpy(zero_copy_only=False)]
+        return result
 
     def _code(self, value: str) -> int:
         if value not in self.index:
@@ -246,7 +247,8 @@ def _facts(
 
 
 def _lengths(text: pa.Array) -> np.ndarray:
-    return pc.binary_length(text.cast(pa.binary())).to_numpy(zero_copy_only=False).astype(np.float64)
+    result: np.ndarray = pc.binary_length(text.cast(pa.binary())).to_numpy(zero_copy_only=False).astype(np.float64)
+    return result
 
 
 def _text(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -260,7 +262,8 @@ def _seconds(batch: pa.RecordBatch) -> np.ndarray:
     if "created_at" not in batch.schema.names:
         return np.full(batch.num_rows, np.nan)
     us = pc.cast(batch.column("created_at"), pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    return us.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False) / 1e6
+    result: np.ndarray = us.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False) / 1e6
+    return result
 
 
 def _confirm_shared(frame: Frame) -> None:

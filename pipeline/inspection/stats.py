@@ -84,12 +84,15 @@ def length_column(frame: Frame, name: str, rows: np.ndarray) -> np.ndarray:
     """One of the LENGTHS inspect reports, for `rows` (a mask), as float32 (NaN = unknown; counts are exact).
     One at a time, so a 1M-row report holds one short float column, not seven."""
     if name in frame.tokens:
-        return frame.tokens[name][rows]
+        result: np.ndarray = frame.tokens[name][rows]
+        return result
     if name in ("answer_bytes", "reasoning_bytes"):
-        return getattr(frame, name)[rows].astype(np.float32)
+        result = getattr(frame, name)[rows].astype(np.float32)
+        return result
     answer_tokens = frame.tokens["completion_tokens"][rows] - frame.tokens["reasoning_tokens"][rows]
     if name == "answer_tokens":
-        return answer_tokens
+        result = answer_tokens
+        return result
     with np.errstate(divide="ignore", invalid="ignore"):
         answer_tokens[answer_tokens <= 0] = np.nan
         ratio = frame.tokens["reasoning_tokens"][rows] / answer_tokens
@@ -98,7 +101,8 @@ def length_column(frame: Frame, name: str, rows: np.ndarray) -> np.ndarray:
         answer_bytes[answer_bytes <= 0] = np.nan
         unknown = np.isnan(ratio)
         ratio[unknown] = frame.reasoning_bytes[rows][unknown] / answer_bytes[unknown]
-    return ratio
+    result = ratio
+    return result
 
 
 def group_row(d: Derived, mask: np.ndarray) -> dict[str, Any]:
@@ -163,7 +167,8 @@ def _accepted_completions(d: Derived, rows: np.ndarray) -> np.ndarray:
         completion = completion[rows[d.accepted[rows]]]
     completion = completion[~np.isnan(completion)]
     completion.sort()
-    return completion
+    result: np.ndarray = completion
+    return result
 
 
 def endpoint_table(d: Derived) -> dict[str, dict[str, Any]]:

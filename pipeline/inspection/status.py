@@ -191,7 +191,8 @@ def _generated(reasons: pa.Array | None, n: int) -> np.ndarray:
     """A mask of the rejected rows that were generated (every reason but bad_input)."""
     if reasons is None:
         return np.ones(n, dtype=bool)
-    return pc.fill_null(pc.not_equal(reasons, "bad_input"), True).to_numpy(zero_copy_only=False)
+    result: np.ndarray = pc.fill_null(pc.not_equal(reasons, "bad_input"), True).to_numpy(zero_copy_only=False)
+    return result
 
 
 def _value_counts(arr: pa.Array | pa.ChunkedArray) -> Iterable[tuple[Any, int]]:
@@ -202,8 +203,10 @@ def _value_counts(arr: pa.Array | pa.ChunkedArray) -> Iterable[tuple[Any, int]]:
 def _epoch_seconds(col: pa.Array) -> np.ndarray:
     if pa.types.is_timestamp(col.type):
         us = pc.cast(col, pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        return us.to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
-    return col.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+        result: np.ndarray = us.to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+        return result
+    result = col.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    return result
 
 
 def _row_time(value: Any) -> float | None:

@@ -76,7 +76,8 @@ def fingerprints(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
         window = np.ascontiguousarray(data[pos[:, None] + _EIGHT]).view(np.uint64)[:, 0]
         h = (h ^ window) * _MIX[k]
         h ^= h >> np.uint64(31)
-    return h.view(np.int64)
+    result: np.ndarray = h.view(np.int64)
+    return result
 
 
 def exact_key(text: bytes) -> int:

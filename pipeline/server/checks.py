@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import Config, EndpointConfig
 from ..endpoints.state import PUSHBACK_STATUSES
+from ..sglang.capacity import Capacity
 from ..sglang.releases import EXTRA_BUFFER_INERT_WITHOUT_RADIX, Release
 from . import server_args
 from .drift_hints import drift_hint
@@ -263,9 +264,7 @@ def judge_info(got: Observed, spec: EndpointConfig, expect_keys: set[str]) -> li
     return judge_concurrency(cap, spec, "the server runs", cause if cause.requests == cap // dp else None)
 
 
-def judge_concurrency(
-    cap: int, spec: EndpointConfig, who: str, cause: server_args.Capacity | None = None
-) -> list[Check]:
+def judge_concurrency(cap: int, spec: EndpointConfig, who: str, cause: Capacity | None = None) -> list[Check]:
     """Information (a warning naming the capping flag when the config sends more than the server runs at once),
     never drift: the run still works, at the server's pace."""
     short = spec.concurrency > cap

@@ -284,7 +284,9 @@ def _describe_exit(code: int) -> str:
 # ---------------------------------------------------------------- the whole launch
 
 
-async def launch(cfg: Config, *, dry_run: bool = False, script: Path | None = None, check: bool = True) -> dict:
+async def launch(
+    cfg: Config, *, dry_run: bool = False, script: Path | None = None, check: bool = True
+) -> dict[str, Any]:
     """Write the launch script, then (unless `dry_run`) start the server, wait until healthy and preflight it.
 
     `script` defaults to ./launch.sh; a dry run writes nothing unless `script` is given (the text is in

@@ -76,7 +76,8 @@ async def _gather(ctl: Control, cfg: Config, probe: bool, retry: RetryPolicy, sl
                 raise RetryableRequestError(f"{ctl.url}{path}: HTTP {status}", status=status)
             return status, body
 
-        return await retrying(once, attempts, retry, sleep)
+        result: tuple[int, Any] = await retrying(once, attempts, retry, sleep)
+        return result
 
     try:
         status, body = await get("/v1/models")
@@ -337,7 +338,7 @@ async def _failed_start(spec: EndpointConfig, message: str) -> EndpointReport:
 
 async def server_fingerprint(
     url: str, api_key: str | None = None, client: ClientConfig | None = None, transport: Transport | None = None
-) -> dict:
+) -> dict[str, Any]:
     """The subset of /server_info that says "same configuration": compare two with `fingerprint_changes`.
     Raises EndpointDownError (port closed), FatalEndpointError (auth) or RetryableRequestError."""
     async with control_plane(url, client or ClientConfig(), api_key, transport) as ctl:

@@ -104,4 +104,5 @@ def _in_sorted(sorted_array: np.ndarray, hashes: np.ndarray) -> np.ndarray:
         return np.zeros(len(hashes), dtype=bool)
     idx = np.searchsorted(sorted_array, hashes)
     idx[idx == len(sorted_array)] = 0
-    return sorted_array[idx] == hashes
+    result: np.ndarray = sorted_array[idx] == hashes
+    return result

@@ -193,7 +193,8 @@ def refuse_partial(run_dir: Path, kinds: list[str], *, partial: bool) -> list[Da
 
 def read_ids(path: Path) -> list[str]:
     """The `id` column of one committed part (no other column is read)."""
-    return pq.ParquetFile(path).read(columns=["id"]).column("id").to_pylist()
+    result: list[str] = pq.ParquetFile(path).read(columns=["id"]).column("id").to_pylist()
+    return result
 
 
 def _short(exc: BaseException) -> str:
@@ -289,7 +290,8 @@ def drop_ids(ids: Iterable[str]) -> Drop:
     value_set = pa.array(list(ids), pa.string())
 
     def drop(table: pa.Table, start: int) -> np.ndarray:
-        return pc.is_in(table.column("id"), value_set=value_set).to_numpy(zero_copy_only=False)
+        result: np.ndarray = pc.is_in(table.column("id"), value_set=value_set).to_numpy(zero_copy_only=False)
+        return result
 
     return drop
 

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .doneset import DoneSet, sorted_unique
-from .files import REJECTS, SHARDS, Damaged, DataFile, committed_parts, open_part, read_ids
+from .files import Damaged, DataFile, committed_parts, open_part, read_ids
+from .layout import REJECTS, SHARDS
 from .partition import id_hashes
 
 

@@ -32,7 +32,8 @@ def owns(id_hash_value: int, worker_index: int, num_workers: int) -> bool:
 
 
 def owns_many(hashes: np.ndarray, worker_index: int, num_workers: int) -> np.ndarray:
-    return np.asarray(hashes, dtype=np.uint64) % np.uint64(num_workers) == np.uint64(worker_index)
+    result: np.ndarray = np.asarray(hashes, dtype=np.uint64) % np.uint64(num_workers) == np.uint64(worker_index)
+    return result
 
 
 def check_partition(worker_index: int, num_workers: int) -> None:

@@ -32,8 +32,6 @@ from .files import (
     QUARANTINE_PREFIX as PREFIX,
 )
 from .files import (
-    REJECTS,
-    SHARDS,
     DataFile,
     damaged_parts,
     drop_ids,
@@ -43,6 +41,7 @@ from .files import (
     shard_files,
     write_committed,
 )
+from .layout import REJECTS, SHARDS
 from .locks import rewrite_lock
 from .manifest import manifest_or_empty, thinking_of, validate_config_of
 from .remote import bucket_transaction

@@ -38,8 +38,6 @@ from .doneset import DoneSet
 from .durable import fsync_dir, output_errors, unlink_quiet
 from .files import (
     QUARANTINE_PREFIX,
-    REJECTS,
-    SHARDS,
     Damaged,
     drop_hashes,
     drop_rows,
@@ -48,7 +46,11 @@ from .files import (
 )
 from .index import CommittedIndex
 from .journal import ACCEPTED, KINDS, TURN, JournalFile, read_journal
-from .layout import DAMAGED  # committed files that could not be read, set aside by `regen run`
+from .layout import (
+    DAMAGED,  # committed files that could not be read, set aside by `regen run`
+    REJECTS,
+    SHARDS,
+)
 from .locks import rewrite_lock
 from .manifest import record_set_aside
 from .partition import id_hash, id_hashes

@@ -40,8 +40,8 @@ from ..config import OutputConfig
 from ..errors import InputError, LockedError
 from . import commitlog, lease
 from .durable import fsync_dir, output_errors, unlink_quiet
-from .files import REJECTS, SHARDS, committed_parts
-from .layout import LOCKS, MANIFEST
+from .files import committed_parts
+from .layout import LOCKS, MANIFEST, REJECTS, SHARDS
 from .locks import FileLock
 from .objects import Objects, Uri, objects_for, parse_uri, uri_text
 

@@ -35,10 +35,9 @@ from ..records import Turn
 from ..schema import reject_schema, shard_schema
 from .doneset import DoneSet
 from .durable import fsync_dir, output_errors
-from .files import REJECTS, SHARDS
 from .index import CommittedIndex
 from .journal import ACCEPTED, REJECTED, TURN, JournalWriter, encode, list_journals, read_journal, read_turns, turn_line
-from .layout import JOURNAL, LOCKS
+from .layout import JOURNAL, LOCKS, REJECTS, SHARDS
 from .lease import Lease
 from .locks import FileLock, check_peers, take_worker_lock, worker_lock_path
 from .partition import check_partition, id_hash, id_hashes, owns, owns_many

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from .doneset import DoneSet
-from .files import REJECTS, SHARDS, read_ids
+from .files import read_ids
 from .index import CommittedIndex
 from .journal import JournalEntry, list_journals, read_journal
-from .layout import JOURNAL
+from .layout import JOURNAL, REJECTS, SHARDS
 from .partition import id_hash
 
 
