@@ -16,6 +16,8 @@
 - export entry point parameters: how many the export entry point takes (dataset/exporters.py `export`; before the
   registry, dataset/export.py `export_run`)
 - repeated declarations (issue 39): what is declared twice where one place should own it (`repeated_declarations`)
+- release strings: string literals and f-string parts (docstrings aside) naming an SGLang release such as `0.5.14`,
+  outside the release-facts package and the simulator
 With `--before OLD`, a markdown table of OLD's measures against this checkout's.
 The import graph (circles, upward imports) is scripts/import_graph.py's.
 """
@@ -244,6 +246,35 @@ def repeated_declarations(root: Path) -> list[str]:
     return out
 
 
+# A release such as 0.5.14 or 0.5.10.post1, not an address (127.0.0.1, 0.0.0.0).
+RELEASE = re.compile(r"(?<![\w.])0\.\d+\.\d+(?!\.?\d)")
+
+
+def release_strings_outside_sglang(root: Path) -> list[str]:
+    """String literals and f-string parts that write out a release (`"... on 0.5.14"`), as file:line, outside
+    pipeline/sglang/ (which owns them) and pipeline/sim/. Docstrings are documentation, and `__version__` is
+    regen's own version: neither is counted."""
+    out = []
+    for path in _files(root, "sglang/", "sim/"):
+        tree = ast.parse(path.read_text())
+        skip = set()
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+                if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                    skip.add(id(body[0].value))
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__version__" for t in node.targets):
+                skip.add(id(node.value))
+        lines = [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+            if RELEASE.search(node.value)
+        ]
+        out += [f"{path.relative_to(root)}:{n}" for n in sorted(lines)]  # one entry per literal
+    return out
+
+
 def measure(root: Path) -> dict[str, Any]:
     return {
         "version_tuples_outside_sglang": version_tuples(root),
@@ -258,6 +289,7 @@ def measure(root: Path) -> dict[str, Any]:
         "private_cross_imports": private_cross_imports(root),
         "export_run_params": export_run_params(root),
         "repeated_declarations": repeated_declarations(root),
+        "release_strings_outside_sglang": release_strings_outside_sglang(root),
     }
 
 

@@ -13,6 +13,7 @@ import pytest
 from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.server.launch import launch_argv, launch_expectations, launch_script, static_check, target_version
+from pipeline.sglang.resolution import StartupRefused, resolve
 
 DUMP_ARGV = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': os.environ.get('REGEN_T', '')}))"
 
@@ -184,3 +185,54 @@ def test_target_version_prefers_config_then_sim_flag() -> None:
     assert target_version(_cfg({}, sglang_version="0.5.12")) == "0.5.12"
     sim = _cfg({"sim-version": "0.5.10"}, command=[sys.executable, "-m", "pipeline.sim"])
     assert target_version(sim) == "0.5.10"
+
+
+# The dry run words the outcome of `pipeline.sglang.resolution` (the rules the simulator plays): it is fatal exactly
+# when SGLang, as regen reproduces it, refuses to start.
+AGREEMENT = [
+    ({"model-path": model, **mamba, **radix, **spec}, version, env)
+    for model in ("Qwen/Qwen3.6-27B", "nvidia/Nemotron-H-8B", "meta-llama/Llama-3.1-8B")
+    for mamba in (
+        {},
+        {"mamba-scheduler-strategy": "extra_buffer"},
+        {"mamba-radix-cache-strategy": "no_buffer"},
+        {"mamba-radix-cache-strategy": "extra_buffer_lazy"},
+    )
+    for radix in ({}, {"disable-radix-cache": True})
+    for spec in (
+        {},
+        {"speculative-algorithm": "EAGLE", "speculative-eagle-topk": 2},
+        {"speculative-algorithm": "NGRAM"},
+    )
+    for version in ("0.5.9", "0.5.10", "0.5.12", "0.5.14", "0.5.23")
+    for env in ({}, {"SGLANG_ENABLE_SPEC_V2": "1"})
+]
+
+
+AGREEMENT_IDS = [
+    "-".join([version, *(f"{k}={v}" for k, v in {**args, **env}.items() if k != "model-path"), args["model-path"]])
+    for args, version, env in AGREEMENT
+]
+
+
+@pytest.mark.parametrize(("args", "version", "env"), AGREEMENT, ids=AGREEMENT_IDS)
+def test_the_dry_run_is_fatal_exactly_when_sglang_refuses(
+    args: dict[str, Any], version: str, env: dict[str, str]
+) -> None:
+    problems = _problems(args, version, env=env)
+    given = {k.replace("-", "_"): v for k, v in args.items()}
+    try:
+        resolve(given, version, env)
+    except StartupRefused:
+        refused = True
+    else:
+        refused = False
+    assert any(p["fatal"] for p in problems) is refused, problems
+
+
+def test_extra_buffer_without_radix_cache_is_inert_not_refused_from_0_5_14() -> None:
+    args = {"model-path": "nvidia/Nemotron-H-8B", "mamba-radix-cache-strategy": "extra_buffer"}
+    problems = _problems({**args, "disable-radix-cache": True}, "0.5.23", env={})
+    assert [(p["problem"], p["fatal"]) for p in problems] == [
+        ("extra_buffer is inert with --disable-radix-cache on ≥0.5.14", False)
+    ]

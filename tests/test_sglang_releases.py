@@ -22,7 +22,7 @@ from pipeline.sglang.models import (
     supports_extra_buffer,
 )
 from pipeline.sglang.releases import EMULATED, NEWEST, Release
-from pipeline.sglang.resolution import StartupRefused, resolve, spec_v2_enabled
+from pipeline.sglang.resolution import Rule, StartupRefused, resolution, resolve, spec_v2_enabled
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
 
@@ -233,3 +233,73 @@ def test_no_version_literal_outside_the_release_facts() -> None:
 def test_the_fact_check_above_can_fail() -> None:
     assert _version_literals(ast.parse("if v >= (0, 5, 14):\n    pass\nx = (0, 5)\n")) == [1, 3]
     assert _version_literals(ast.parse("x = (0, 6, 1)\ny = (1, 2)\n")) == []
+
+
+# ---------------------------------------------------------------- releases written from the thresholds
+
+
+@pytest.mark.parametrize(
+    ("first", "until", "text"),
+    [
+        (None, releases.MAMBA_FLAG_RENAMED, "≤0.5.12"),
+        (releases.MAMBA_FLAG_RENAMED, None, "≥0.5.14"),
+        (releases.EXTRA_BUFFER_REFUSES_RADIX_OFF, releases.MAMBA_FLAG_RENAMED, "0.5.10-0.5.12"),
+        (None, releases.NO_BUFFER_SPEC_REFUSED, "0.5.9"),
+        (releases.PD_DECODE_DROPS_EXTRA_BUFFER, releases.MAMBA_HOOK, "0.5.12"),
+        (releases.OLD_MAMBA_FLAG_REJECTED, None, "0.5.23"),
+    ],
+    ids=["until", "since", "between", "oldest-only", "one-release", "newest-only"],
+)
+def test_a_span_of_releases_is_written_from_its_thresholds(
+    first: Release | None, until: Release | None, text: str
+) -> None:
+    assert releases.span(first, until) == text
+
+
+def test_a_span_without_a_release_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no release"):
+        releases.span(releases.NEWEST, releases.NEWEST)
+
+
+# ---------------------------------------------------------------- every refusal and silent change, by rule
+
+
+def test_resolution_names_every_refusal_where_resolve_stops_at_the_first() -> None:
+    args = {"model_path": "nvidia/Nemotron-H-8B", "mamba_radix_cache_strategy": "extra_buffer"}
+    args |= {"disable_radix_cache": True, "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 2}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1"}
+    outcome = resolution(args, "0.5.10", env)
+    assert [r.rule for r in outcome.refusals] == [
+        Rule.NEW_MAMBA_FLAG,
+        Rule.EXTRA_BUFFER_ARCH,
+        Rule.EXTRA_BUFFER_RADIX_OFF,
+        Rule.SPEC_V2_TOPK,
+    ]
+    with pytest.raises(StartupRefused) as first:
+        resolve(args, "0.5.10", env)
+    assert first.value.rule is Rule.NEW_MAMBA_FLAG and first.value.message == outcome.refusals[0].message
+
+
+@pytest.mark.parametrize(
+    ("args", "version", "env", "changes"),
+    [
+        ({"model_path": "Qwen/Qwen3.6-27B"}, "0.5.12", {}, [Rule.AUTO_NO_BUFFER]),
+        ({"model_path": "Qwen/Qwen3.6-27B", "speculative_algorithm": "NEXTN"}, "0.5.9", {},
+         [Rule.AUTO_NO_BUFFER, Rule.RADIX_OFF_FOR_SPEC, Rule.NEXTN_AS_EAGLE, Rule.SPEC_V2_OFF]),
+        ({"model_path": "Qwen/Qwen3.6-27B", "mamba_scheduler_strategy": "extra_buffer", "disable_radix_cache": True},
+         "0.5.19", {"SGLANG_ENABLE_SPEC_V2": "1"},
+         [Rule.MAMBA_FLAG_ALIAS, Rule.EXTRA_BUFFER_INERT, Rule.SPEC_V2_ENV_IGNORED]),
+        ({"model_path": "Qwen/Qwen3-8B", "speculative_algorithm": "EAGLE", "speculative_num_draft_tokens": 6}, "0.5.23",
+         {}, [Rule.DRAFT_TOKENS_ADJUSTED]),
+        ({"model_path": "Qwen/Qwen3-8B", "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 2}, "0.5.12",
+         {}, [Rule.SPEC_V1_TOPK]),
+    ],
+    ids=["auto-0.5.12", "nextn-0.5.9", "alias-inert-0.5.19", "draft-0.5.23", "topk-0.5.12"],
+)  # fmt: skip
+def test_resolution_names_each_silent_change(
+    args: dict[str, object], version: str, env: dict[str, str], changes: list[Rule]
+) -> None:
+    outcome = resolution(args, version, env)
+    assert outcome.refusals == []
+    assert outcome.changes == changes
+    assert outcome.args == resolve(args, version, env)

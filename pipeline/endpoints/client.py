@@ -24,7 +24,7 @@ import orjson
 from ..config import ClientConfig, GenerationConfig
 from ..errors import EndpointDownError, RequestError, RetryableRequestError
 from ..records import Completion, Prompt, RequestOverrides
-from ..sglang.releases import spec_details_field
+from ..sglang.releases import RETURN_META_INFO, RETURN_SPEC_TOKENS_DETAILS, spec_details_field
 from . import failures
 from .loop_guard import LoopStopped, StreamGuard
 from .reasoning import split_reasoning
@@ -310,8 +310,10 @@ class EndpointClient:
         if self.server_version is None:
             return "the server's SGLang version is unknown (not SGLang, or preflight skipped): not asked for"
         if self.cfg.stream:
-            return f"SGLang {self.server_version} reports it on a streamed request from 0.5.19 only"
-        return f"SGLang {self.server_version} reports it on a chat request from 0.5.14 only"
+            return (
+                f"SGLang {self.server_version} reports it on a streamed request from {RETURN_SPEC_TOKENS_DETAILS} only"
+            )
+        return f"SGLang {self.server_version} reports it on a chat request from {RETURN_META_INFO} only"
 
     async def check_health(self, timeout_s: float = 10.0) -> None:
         """GET /health and require a 200; the body is not read as JSON (sglang-router answers plain "OK")."""

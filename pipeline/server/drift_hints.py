@@ -9,12 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..sglang.capacity import SPEC_DEFAULT_MAX_RUNNING
 from ..sglang.releases import (
+    AUTO_PICKS_EXTRA_BUFFER,
+    EXTRA_BUFFER_INERT_WITHOUT_RADIX,
     EXTRA_BUFFER_REFUSES_RADIX_OFF,
-    MAMBA_FLAG_RENAMED,
+    MAMBA_HOOK,
+    NO_BUFFER_SPEC_REFUSED,
+    PD_DECODE_DROPS_EXTRA_BUFFER,
     SPEC_V2_DEFAULT_ON,
     SPEC_V2_ENV_REMOVED,
     Release,
+    span,
 )
 from ..sglang.resolution import SPEC_V2_ENV
 from .server_args import MAMBA_KEYS
@@ -32,16 +38,20 @@ def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], ve
         return f"SGLang reports {actual}; NEXTN is always reported as EAGLE"
     if key == "disable_radix_cache" and actual:
         return (
-            "SGLang disables the radix cache for hybrid models with no_buffer + speculative decoding (0.5.9), "
-            "trtllm_mha + no_buffer, and PD decode servers; use extra_buffer to keep it"
+            "SGLang disables the radix cache for hybrid models with no_buffer + speculative decoding "
+            f"({span(until=NO_BUFFER_SPEC_REFUSED)}), trtllm_mha + no_buffer, and PD decode servers; use extra_buffer "
+            "to keep it"
         )
     if key == "disable_overlap_schedule" and actual:
         why = "mamba no_buffer, NGRAM speculative decoding"
         if v is None or v < SPEC_V2_ENV_REMOVED:
-            why += f", spec v1 (speculative_eagle_topk > 1 or {SPEC_V2_ENV} off, ≤0.5.12)"
+            why += f", spec v1 (speculative_eagle_topk > 1 or {SPEC_V2_ENV} off, {span(until=SPEC_V2_ENV_REMOVED)})"
         return f"SGLang turns the overlap schedule off for {why}"
-    if key == "max_running_requests" and spec and actual == 48:
-        return "SGLang caps max_running_requests at 48 with speculative decoding unless --max-running-requests is set"
+    if key == "max_running_requests" and spec and actual == SPEC_DEFAULT_MAX_RUNNING:
+        return (
+            f"SGLang caps max_running_requests at {SPEC_DEFAULT_MAX_RUNNING} with speculative decoding unless "
+            "--max-running-requests is set"
+        )
     if key == "speculative_num_draft_tokens" and info.get("speculative_eagle_topk") == 1:
         return "at speculative_eagle_topk 1 SGLang forces speculative_num_draft_tokens = speculative_num_steps + 1"
     if key == "reasoning_parser" and not actual:
@@ -58,15 +68,18 @@ def drift_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], ve
 def _mamba_hint(key: str, expected: Any, actual: Any, info: Mapping[str, Any], v: Release | None) -> str:
     flag = "--" + key.replace("_", "-")
     if info.get("disable_radix_cache") and actual == expected:
-        return f"{expected} is inert with --disable-radix-cache (≥0.5.14): no mamba state is cached"
+        inert = span(EXTRA_BUFFER_INERT_WITHOUT_RADIX)
+        return f"{expected} is inert with --disable-radix-cache ({inert}): no mamba state is cached"
     if expected == "extra_buffer" and actual == "no_buffer":
-        if v is not None and v < MAMBA_FLAG_RENAMED:
+        if v is not None and v < AUTO_PICKS_EXTRA_BUFFER:
             extra = f" and set {SPEC_V2_ENV}=1" if v < SPEC_V2_DEFAULT_ON and info.get("speculative_algorithm") else ""
             if info.get("disable_radix_cache") and v >= EXTRA_BUFFER_REFUSES_RADIX_OFF:
-                extra += " and drop --disable-radix-cache (0.5.10-0.5.12 refuse extra_buffer with it)"
+                refused = span(EXTRA_BUFFER_REFUSES_RADIX_OFF, EXTRA_BUFFER_INERT_WITHOUT_RADIX)
+                extra += f" and drop --disable-radix-cache ({refused} refuse extra_buffer with it)"
+            pd_decode = span(PD_DECODE_DROPS_EXTRA_BUFFER, MAMBA_HOOK)
             return (
                 f"SGLang {v} resolves auto (the default) to no_buffer: pass "
-                f"{flag} extra_buffer explicitly{extra}; a PD decode server (0.5.12) also falls back to no_buffer"
+                f"{flag} extra_buffer explicitly{extra}; a PD decode server ({pd_decode}) also falls back to no_buffer"
             )
         return (
             f"auto picks no_buffer when the overlap schedule is off with page_size 1, or the architecture / "

@@ -28,6 +28,7 @@ import orjson
 from ..config import Config
 from ..endpoints.transport import Timeouts, Transport
 from ..errors import ConfigError, EndpointDownError, EndpointError, PreflightError, RequestError
+from ..sglang.releases import NEWEST
 from . import launch_rules
 from .preflight import preflight_endpoint
 
@@ -119,7 +120,7 @@ def target_version(cfg: Config) -> str | None:
     if cfg.launch.sglang_version:
         return cfg.launch.sglang_version
     if _SIM_MODULE in cfg.launch.command:
-        return str(cfg.launch.args.get("sim-version", "0.5.23"))
+        return str(cfg.launch.args.get("sim-version", NEWEST))
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:

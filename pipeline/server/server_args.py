@@ -2,7 +2,8 @@
 
 Pure data and pure functions, of two kinds:
 - key names and values: a launch flag or an `[expect]` key → the `/server_info` key that reports it, version-aware
-  (the mamba strategy is `mamba_scheduler_strategy` up to 0.5.12 and `mamba_radix_cache_strategy` from 0.5.14),
+  (the mamba strategy is `mamba_scheduler_strategy` before the release `MAMBA_FLAG_RENAMED` names and
+  `mamba_radix_cache_strategy` from it),
   and when a reported value satisfies an expectation (`same_value`);
 - what a `/server_info` says beyond its keys: the configuration fingerprint, the effective concurrency, the
   speculative accept length;
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..sglang.capacity import Capacity, capacity
 from ..sglang.models import looks_hybrid
-from ..sglang.releases import MAMBA_FLAG_RENAMED, Release
+from ..sglang.releases import MAMBA_FLAG_RENAMED, NEWEST, Release
 
 MAMBA_OLD = "mamba_scheduler_strategy"
 MAMBA_NEW = "mamba_radix_cache_strategy"
@@ -144,7 +145,7 @@ def effective_concurrency(info: Mapping[str, Any]) -> int | None:
 
 def capacity_of(info: Mapping[str, Any]) -> Capacity:
     """The capacity SGLang's own rule gives a server with this /server_info, and the flag that caps it."""
-    version = str(info.get("version") or "0.5.23")
+    version = str(info.get("version") or NEWEST)
     return capacity(info, version, hybrid=looks_hybrid(str(info.get("model_path") or "")))
 
 

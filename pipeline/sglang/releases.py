@@ -2,8 +2,10 @@
 
 `Release` is a (major, minor, patch) tuple, so it orders like one: `release >= MAMBA_FLAG_RENAMED`. Every version
 comparison in regen names the change it is about with one of the thresholds below, grouped by the release that
-brought it, each with the SGLang source that shows it (shared/SGLANG.md cites the same files). A new SGLang release
-adds its changes here, a row to `EMULATED` if the simulator should play it, and its flags to flags.py.
+brought it, each with the SGLang source that shows it (shared/SGLANG.md cites the same files). A message that names
+the releases a rule holds for writes them with `span` ("≤0.5.12", "0.5.10-0.5.12", "≥0.5.14") from the same
+thresholds, so no release is typed as text elsewhere. A new SGLang release adds its changes here, a row to
+`EMULATED` if the simulator should play it, and its flags to flags.py.
 """
 
 from __future__ import annotations
@@ -59,9 +61,29 @@ OLDEST = Release(0, 5, 9)
 NEWEST = Release(0, 5, 23)  # what a server that reports no version is taken to be
 
 
+KNOWN = tuple(sorted(Release.of(v) for v in EMULATED))  # oldest first
+
+
 def reported_version(version: str) -> str:
     """The version string an emulated release reports ('0.5.10' → '0.5.10.post1')."""
     return EMULATED.get(version, version)
+
+
+def span(first: Release | None = None, until: Release | None = None) -> str:
+    """The releases regen knows from `first` (None: the oldest) up to, not including, `until` (None: every one
+    since), as a message writes them: one release '0.5.9', from the oldest '≤0.5.12', open-ended '≥0.5.14', else
+    '0.5.10-0.5.12'."""
+    known = [r for r in KNOWN if (first is None or r >= first) and (until is None or r < until)]
+    if not known:
+        raise ValueError(f"no release regen knows from {first} until {until}")
+    low, high = known[0], known[-1]
+    if low == high:
+        return str(low)
+    if until is None:
+        return f"≥{low}"
+    if low == OLDEST:
+        return f"≤{high}"
+    return f"{low}-{high}"
 
 
 # ---------------------------------------------------------------- the changes, by the release that brought them
@@ -84,9 +106,13 @@ NO_BUFFER_SPEC_REFUSED = Release(0, 5, 10)  # no_buffer + spec + radix cache: Va
 SPEC_V2_DEFAULT_ON = Release(0, 5, 12)  # SGLANG_ENABLE_SPEC_V2 defaults to true (0.5.9, 0.5.10: false)
 SPEC_ALGORITHM_FREE_TEXT = Release(0, 5, 12)  # --speculative-algorithm is looked up at start, not an argparse choice
 NO_BUFFER_FORCES_PAGE_SIZE_1 = Release(0, 5, 12)  # no_buffer with radix cache silently sets page_size=1
+PD_DECODE_DROPS_EXTRA_BUFFER = Release(0, 5, 12)  # a PD decode server falls back to no_buffer, radix cache off
 
 # 0.5.14
-MAMBA_FLAG_RENAMED = Release(0, 5, 14)  # --mamba-radix-cache-strategy (old name an alias); auto may be extra_buffer
+MAMBA_FLAG_RENAMED = Release(0, 5, 14)  # --mamba-radix-cache-strategy; the old name an alias (a deprecation warning)
+MAMBA_HOOK = Release(0, 5, 14)  # arg_groups/mamba_hook.py replaces `_handle_mamba_radix_cache`: the rules below
+AUTO_PICKS_EXTRA_BUFFER = Release(0, 5, 14)  # auto is extra_buffer where it can be; before: always no_buffer
+NO_BUFFER_NEEDS_OVERLAP_OFF = Release(0, 5, 14)  # an explicit no_buffer with the overlap schedule on: AssertionError
 SPEC_V2_ENV_REMOVED = Release(0, 5, 14)  # SGLANG_ENABLE_SPEC_V2 only logs that it was removed
 EXTRA_BUFFER_LAZY = Release(0, 5, 14)  # the extra_buffer_lazy strategy exists
 EXTRA_BUFFER_INERT_WITHOUT_RADIX = Release(0, 5, 14)  # explicit extra_buffer + --disable-radix-cache: inert, no error
