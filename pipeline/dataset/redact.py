@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from ..store.files import readable_parts
 from ..store.layout import PART_KINDS
+from ..store.manifest import Manifest
 
 PLACEHOLDER_URL = "http://endpoint-{n}.invalid"  # RFC 2606: `.invalid` never resolves, so a reuse fails at preflight
 REDACTED = "<endpoint>"
@@ -42,7 +43,7 @@ class Hosts:
         self._pattern = re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])") if self.strings else None
 
     @classmethod
-    def of_run(cls, run_dir: Path, manifest: dict[str, Any]) -> Hosts:
+    def of_run(cls, run_dir: Path, manifest: Manifest) -> Hosts:
         config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
         assert isinstance(config, dict)
         addresses = [str(ep.get("url", "")) for ep in config.get("endpoints") or [] if isinstance(ep, dict)]

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from ..schema import BASE_FIELDS, REJECT_FIELDS
 from ..store.files import visible_files
 from ..store.layout import JOURNAL, METRICS
+from ..store.manifest import Manifest
 
 _BASE_NAMES = {f.name for f in BASE_FIELDS} | {f.name for f in REJECT_FIELDS}
 
@@ -26,7 +27,7 @@ def keep_fields(path: Path) -> list[str]:
     return [name for name in pq.read_schema(path).names if name not in _BASE_NAMES]
 
 
-def total_prompts(man: dict[str, Any]) -> int | None:
+def total_prompts(man: Manifest) -> int | None:
     total = (man.get("input") or {}).get("total")
     return int(total) if isinstance(total, int) else None
 

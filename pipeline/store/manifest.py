@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import orjson
 
@@ -28,37 +28,57 @@ from .locks import FileLock
 from .remote import remote_of
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+class Manifest(TypedDict, total=False):
+    """run.json as read and written: every key may be missing (a run an older regen, or a crash, left), so none is
+    required. The nested sections stay open JSON: `config` is `Config.to_dict()`, `generation` its fingerprint,
+    `counts` one entry per `worker-N`, `preflight` the slim preflight report."""
+
+    schema_version: int
+    started_at: str
+    updated_at: str
+    config_hash: str
+    generation: dict[str, Any]
+    config: dict[str, Any]
+    input: dict[str, Any]
+    history: list[dict[str, Any]]
+    counts: dict[str, dict[str, Any]]
+    preflight: dict[str, Any]
+    simulated: bool
+    simulated_endpoints: list[str]
+    set_aside: list[dict[str, str]]
+
+
+def read_manifest(run_dir: Path) -> Manifest | None:
     path = run_dir / MANIFEST
     try:
-        return dict(orjson.loads(path.read_bytes()))
+        return cast(Manifest, dict(orjson.loads(path.read_bytes())))
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise OutputError(f"{path}: unreadable manifest: {exc}") from None
 
 
-def manifest_or_empty(run_dir: Path) -> dict[str, Any]:
+def manifest_or_empty(run_dir: Path) -> Manifest:
     """run.json for readers that work without it: {} when absent or unreadable."""
     try:
         data = orjson.loads((run_dir / MANIFEST).read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return cast(Manifest, data) if isinstance(data, dict) else {}
 
 
-def validate_config_of(man: dict[str, Any]) -> ValidateConfig:
+def validate_config_of(man: Manifest) -> ValidateConfig:
     """The run's [validate] thresholds from run.json, defaults for anything missing or unknown."""
     section = (man.get("config") or {}).get("validate") or {}
     known = ValidateConfig.__dataclass_fields__
     return ValidateConfig(**{k: v for k, v in section.items() if k in known})
 
 
-def thinking_of(man: dict[str, Any]) -> bool:
+def thinking_of(man: Manifest) -> bool:
     return bool(((man.get("config") or {}).get("generation") or {}).get("thinking", True))
 
 
-def simulated_endpoints(man: dict[str, Any]) -> list[str]:
+def simulated_endpoints(man: Manifest) -> list[str]:
     """The endpoints of the run that were regen's simulator, [] for a run of real servers only: what the runner
     recorded before its first prompt (`simulated_endpoints`: `sim` as the config names the embedded one, the URL of a
     server preflight found to be `regen sim`), or for a run older than that record, a `url = "sim"` in its config."""
@@ -68,7 +88,7 @@ def simulated_endpoints(man: dict[str, Any]) -> list[str]:
     return [SIM_URL] if any(isinstance(ep, dict) and ep.get("url") == SIM_URL for ep in endpoints) else []
 
 
-def mark_simulated(man: dict[str, Any], endpoints: Iterable[str]) -> None:
+def mark_simulated(man: Manifest, endpoints: Iterable[str]) -> None:
     """Record in run.json (inside `updating_manifest`) that `endpoints` were the simulator. Never unmarked: rows a
     simulator wrote stay in the run when a resume talks to real servers, so `simulated` is true from then on."""
     known = set(simulated_endpoints(man)) | set(endpoints)
@@ -84,7 +104,7 @@ def record_set_aside(run_dir: Path, moves: list[dict[str, str]]) -> None:
 
 
 @contextmanager
-def updating_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
+def updating_manifest(run_dir: Path) -> Iterator[Manifest]:
     """run.json as a dict to change in place ({} when there is none yet), written back on a clean exit; one process
     at a time, so concurrent workers never overwrite each other's entries. Nothing is written if the body raises."""
     locks = run_dir / LOCKS
@@ -100,7 +120,7 @@ def updating_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
         lock.release()
 
 
-def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
+def write_manifest(run_dir: Path, data: Manifest) -> None:
     path = run_dir / MANIFEST
     tmp = run_dir / f".{MANIFEST}.{os.getpid()}.tmp"
     try:
@@ -134,7 +154,7 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def _past_preflight(manifest: dict[str, Any]) -> bool:
+def _past_preflight(manifest: Manifest) -> bool:
     """Whether a run of this RUN_DIR may have sent a prompt: the runner records `preflight` (or, at the end, `counts`)
     before its first one. A run stopped by preflight pinned nothing, so its fixed rerun may change the config."""
     return "preflight" in manifest or "counts" in manifest
@@ -142,7 +162,7 @@ def _past_preflight(manifest: dict[str, Any]) -> bool:
 
 def begin_run(
     run_dir: Path, cfg: Config, *, input_files: list[str], allow_config_change: bool, extra: dict[str, Any]
-) -> dict[str, Any]:
+) -> Manifest:
     """Create or update run.json for a new invocation; refuse config drift unless allowed."""
     with updating_manifest(run_dir) as current:
         _begin(run_dir, current, cfg, input_files, allow_config_change, extra)
@@ -151,7 +171,7 @@ def begin_run(
 
 def _begin(
     run_dir: Path,
-    current: dict[str, Any],
+    current: Manifest,
     cfg: Config,
     input_files: list[str],
     allow_config_change: bool,
@@ -160,7 +180,7 @@ def _begin(
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     fingerprint = cfg.generation_fingerprint()
     if not current:
-        current.update(schema_version=SCHEMA_VERSION, started_at=now, history=[])
+        current.update(Manifest(schema_version=SCHEMA_VERSION, started_at=now, history=[]))
     else:
         diff = config_diff(current.get("generation", {}), fingerprint)
         if diff and not allow_config_change and _past_preflight(current):
@@ -173,11 +193,13 @@ def _begin(
         if diff:
             current["history"].append({"at": now, "config_change": [list(d) for d in diff]})
     current.update(
-        config_hash=cfg.generation_hash(),
-        generation=fingerprint,
-        config=cfg.to_dict(),
-        input={"files": input_files, **extra.pop("input", {})},
-        updated_at=now,
+        Manifest(
+            config_hash=cfg.generation_hash(),
+            generation=fingerprint,
+            config=cfg.to_dict(),
+            input={"files": input_files, **extra.pop("input", {})},
+            updated_at=now,
+        )
     )
     current["history"].append({"at": now, "event": "start", "host": socket.gethostname(), "pid": os.getpid(), **extra})
     current["history"] = current["history"][-200:]
