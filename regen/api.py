@@ -25,7 +25,7 @@ import concurrent.futures
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
 
@@ -40,6 +40,9 @@ from pipeline.config import (
 )
 from pipeline.store.files import committed_parts
 from pipeline.store.layout import REJECTS, SHARDS
+
+if TYPE_CHECKING:
+    from pipeline.inspection.status import RunStatus
 
 ConfigLike = str | Path | Mapping[str, Any] | Config
 T = TypeVar("T")
@@ -135,7 +138,7 @@ def export(run_dir: str | Path, format: str, out: str | Path, **options: Any) ->
     return exporter.export(run, Path(out), exporter.options_from(options))
 
 
-def status(run_dir: str | Path) -> dict[str, Any]:
+def status(run_dir: str | Path) -> RunStatus:
     """`regen status --json`."""
     from pipeline.inspection import run_status
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +32,36 @@ FRESH_METRICS_S = 30.0
 _STATUS_COLUMNS = ["id", "endpoint", "latency_s", "completion_tokens", "created_at"]
 
 
-def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
+class RunStatus(TypedDict, total=False):
+    """What `run_status` returns (`regen status --json`, `regen.status`), in this key order; it is built a part at
+    a time, so no key is required by the type, but a finished report has all of them."""
+
+    run_dir: str
+    total: int | None
+    done: int
+    accepted: int
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    pending: int | None
+    in_journal: int
+    reject_rate: float
+    simulated_endpoints: list[str]
+    simulated: bool
+    workers: list[dict[str, Any]]
+    live_workers: int
+    rates: dict[str, Any]
+    last_errors: list[Any]
+    eta_s: float | None
+    endpoints: dict[str, dict[str, Any]]
+    damaged: list[str]
+    duplicates: dict[str, Any]
+    servers: dict[str, dict[str, Any]]
+    loops: dict[str, int]
+    spec_accept_length: dict[str, Any]
+    repetition: dict[str, Any]
+
+
+def run_status(run_dir: Path, *, now: float | None = None) -> RunStatus:
     """Progress, rates, ETA and per-endpoint figures of a run; works while it runs and after."""
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
@@ -47,7 +76,7 @@ def run_status(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         acc.add_rows([e["row"] for e in journal.values() if e["kind"] == kind], rejected=kind == "rejected")
     total = rundir.total_prompts(man)
     done = acc.accepted + acc.rejected
-    status: dict[str, Any] = {
+    status: RunStatus = {
         "run_dir": str(run_dir),
         "total": total,
         "done": done,
@@ -246,7 +275,7 @@ def _scan_committed(f: DataFile, journal: dict[str, dict[str, Any]], acc: _Tally
         acc.add_batch(batch, f.rejects, batch.column("reason") if f.rejects else None)
 
 
-def _rates(run_dir: Path, acc: _Tally, now: float, dead: set[int]) -> dict[str, Any]:
+def _rates(run_dir: Path, acc: _Tally, now: float, dead: set[int]) -> RunStatus:
     times = np.concatenate(acc.times) if acc.times else np.empty(0)
     tokens = np.concatenate(acc.tokens) if acc.tokens else np.empty(0)
     ok = ~np.isnan(times)
@@ -317,7 +346,7 @@ def _last_errors(run_dir: Path, keep: int = 10) -> list[Any]:
     return [err for _, err in errors[-keep:]]
 
 
-def _merge_metrics_endpoints(run_dir: Path, status: dict[str, Any], now: float, dead: set[int]) -> None:
+def _merge_metrics_endpoints(run_dir: Path, status: RunStatus, now: float, dead: set[int]) -> None:
     """Add the runner's live gauges (inflight, ok, errors, latency) to each endpoint's row, summed over workers; a
     dead worker's in-flight requests are nobody's, so its gauges are left out."""
     for path in rundir.metrics_files(run_dir):
@@ -365,7 +394,7 @@ def _loops(run_dir: Path) -> dict[str, int]:
     return out
 
 
-def _eta(status: dict[str, Any]) -> float | None:
+def _eta(status: RunStatus) -> float | None:
     pending = status["pending"]
     if pending is None:
         return None

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .status import RunStatus
 
 PROMPT_CHARS = 600
 REASONING_HEAD = 400
@@ -62,7 +66,7 @@ def repetition_lines(rep: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def format_status(status: dict[str, Any]) -> str:
+def format_status(status: RunStatus) -> str:
     total = status["total"]
     done = status["done"]
     head = f"{done:,}/{total:,} done ({done / total:.1%})" if total else f"{done:,} done (total unknown)"
@@ -138,7 +142,7 @@ def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def simulated_lines(result: dict[str, Any]) -> list[str]:
+def simulated_lines(result: Mapping[str, Any]) -> list[str]:
     """The line that says regen's simulator wrote the rows (empty for a run of real servers)."""
     if not result.get("simulated"):
         return []
@@ -146,7 +150,7 @@ def simulated_lines(result: dict[str, Any]) -> list[str]:
     return [f"SIMULATED: the simulator ({sims}) served this run: its rows are filler text, not model output"]
 
 
-def store_problems(result: dict[str, Any]) -> list[str]:
+def store_problems(result: Mapping[str, Any]) -> list[str]:
     """Lines about damaged committed files and ids committed twice (empty when there are none)."""
     lines = [f"DAMAGED: {d} (skipped; `regen run` sets it aside and regenerates its ids)" for d in result["damaged"]]
     dups = result["duplicates"]
