@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,7 +15,8 @@ import pytest
 import yaml
 
 from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
-from pipeline.dataset.repair import ROWS, RepairOptions, export_repaired
+from pipeline.dataset import repair
+from pipeline.dataset.repair import ROWS, RepairOptions, _Accepted, export_repaired
 from pipeline.errors import ConfigError, RegenError
 from pipeline.inputs.ids import content_id
 from tests.helpers.repair import ACCEPTED, Q, original_rows, repair_run
@@ -205,3 +207,40 @@ def test_the_runs_turns_are_read_on_demand_one_row_group_at_a_time(tmp_path: Pat
         assert generated.turns == [("x" * 56, f"answer {row_id}")]  # the row's own turn, first copy of an id
     assert accepted.group_reads == 30  # each of the 30 row groups read once
     assert accepted._cached <= accepted.CACHED_ROWS
+
+
+def _parts(tmp_path: Path, *parts: list[tuple[str, str]]) -> list[Path]:
+    paths = []
+    for n, rows in enumerate(parts):
+        path = tmp_path / f"part-{n}.parquet"
+        turns = [[{"reasoning": "r", "answer": answer}] for _, answer in rows]
+        pq.write_table(pa.table({"id": [i for i, _ in rows], "turns": turns}), path, row_group_size=2)
+        paths.append(path)
+    return paths
+
+
+def test_the_index_of_accepted_ids_keeps_the_first_copy_and_each_id_once(tmp_path: Path) -> None:
+    """A copy committed twice (before a resume settles it): the first part's row is the one pasted."""
+    paths = _parts(tmp_path, [("a", "first a"), ("b", "b"), ("c", "c")], [("a", "second a"), ("d", "d")])
+    accepted = _Accepted(paths)
+    assert accepted["a"].turns == [("r", "first a")] and accepted["d"].turns == [("r", "d")]
+    assert list(accepted) == ["a", "b", "c", "d"] and len(accepted) == 4
+    assert "e" not in accepted and None not in accepted
+
+
+def test_ids_sharing_a_hash_are_told_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index keeps hashes, not ids: two committed ids with one hash are each found, and an id the run never
+    committed is not taken for a committed one that shares its hash."""
+
+    def one_hash(row_id: str) -> int:
+        return 7 if row_id in ("a", "b", "never") else real(row_id)
+
+    real = repair.id_hash
+    monkeypatch.setattr(repair, "id_hash", one_hash)
+    monkeypatch.setattr(repair, "id_hashes", lambda ids: np.array([one_hash(i) for i in ids], dtype=np.uint64))
+    accepted = _Accepted(_parts(tmp_path, [("a", "A"), ("x", "X")], [("b", "B"), ("a", "A again")]))
+    assert (accepted["a"].turns, accepted["b"].turns, accepted["x"].turns) == ([("r", "A")], [("r", "B")], [("r", "X")])
+    assert "never" not in accepted and sorted(accepted) == ["a", "b", "x"] and len(accepted) == 3
+    (tmp_path / "lone").mkdir()
+    lone = _Accepted(_parts(tmp_path / "lone", [("a", "A")]))
+    assert "a" in lone and "never" not in lone and "b" not in lone  # one row of the hash: checked by its id

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import os
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, KeysView, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,9 +49,11 @@ from ..inputs.ids import IdProblem, content_id, given_id, hashed
 from ..inputs.input_files import labels, resolve
 from ..inputs.row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..inputs.stored import INLINE, REASONING_FIELDS, fingerprint, split_message, with_system
+from ..store.doneset import DoneSet
 from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
 from ..store.manifest import read_manifest
+from ..store.partition import id_hash, id_hashes
 from .card import (
     CARD,
     CardOptions,
@@ -159,59 +162,98 @@ class _Accepted(Mapping[str, _Generated]):
     groups kept up to `CACHED_ROWS` rows (a merged part's groups may be large). The original is walked in its
     order, the order the reader sent the rows in, so the row groups it asks for come nearly in order (each worker's
     parts in turn) and are read about once. Memory: the ids, not the texts (issue 40: the seed's repair held every
-    accepted turn, 7.6 GB at 902K rows)."""
+    accepted turn, 7.6 GB at 902K rows).
+
+    The index is two arrays, the ids' 64-bit hashes sorted and the place of each one's first row (16 bytes an id; a
+    dict of the ids took ~150): a lookup checks the id of the row it lands on, so an id sharing its hash with a
+    committed one is never taken for it; the ids whose hash more than one committed row has (copies before a resume
+    settled them, or two ids sharing a hash) are placed exactly, from a dict built in a second pass over the ids."""
 
     CACHED_ROWS = 16384  # ~32 row groups of a run's parts (output.row_group_rows = 512)
 
     def __init__(self, parts: list[Path]):
         self._parts = parts
-        self._where: dict[str, int] = {}
-        for pi, part in enumerate(parts):
-            pf = pq.ParquetFile(part)
-            for group in range(pf.num_row_groups):
-                ids = pf.read_row_group(group, columns=["id"]).column("id").to_pylist()
-                base = (pi << 40) | (group << 20)
-                for offset, row_id in enumerate(ids):
-                    self._where.setdefault(row_id, base | offset)
-        self._groups: OrderedDict[tuple[int, int], list[_Generated]] = OrderedDict()
+        hashes, places = [np.empty(0, np.uint64)], [np.empty(0, np.int64)]
+        for ids, base in self._id_groups():
+            hashes.append(id_hashes(ids))
+            places.append(base + np.arange(len(ids), dtype=np.int64))
+        every, where = np.concatenate(hashes), np.concatenate(places)
+        order = np.argsort(every, kind="stable")  # equal hashes keep the parts' order: the first copy comes first
+        self._hashes, first, counts = np.unique(every[order], return_index=True, return_counts=True)
+        self._where = where[order][first]
+        del every, where, order
+        self._exact: dict[str, int] = {}  # the ids of a hash more than one row has: each one's first row
+        shared = self._hashes[counts > 1]
+        if shared.size:
+            for ids, base in self._id_groups():
+                for offset in np.flatnonzero(np.isin(id_hashes(ids), shared)).tolist():
+                    self._exact.setdefault(ids[offset], base | offset)
+        self._len = len(self._hashes) - len(shared) + len(self._exact)
+        self._groups: OrderedDict[tuple[int, int], tuple[list[str], list[_Generated]]] = OrderedDict()
         self._cached = 0  # rows in self._groups
         self.group_reads = 0  # row groups read for their turns (a walk in the run's order: each about once)
 
+    def _id_groups(self) -> Iterator[tuple[list[str], int]]:
+        """Each row group's ids and the place of its first row, in the parts' order."""
+        for pi, part in enumerate(self._parts):
+            pf = pq.ParquetFile(part)
+            for group in range(pf.num_row_groups):
+                yield pf.read_row_group(group, columns=["id"]).column("id").to_pylist(), (pi << 40) | (group << 20)
+
+    def _first(self, row_id: str) -> int | None:
+        """The place of the first row whose id may be `row_id` (its own, or one sharing its hash), or None."""
+        if row_id in self._exact:
+            return self._exact[row_id]
+        h = np.uint64(id_hash(row_id))
+        i = int(np.searchsorted(self._hashes, h))
+        return int(self._where[i]) if i < len(self._hashes) and self._hashes[i] == h else None
+
+    def _place(self, row_id: object) -> int | None:
+        """Where the first row of `row_id` is, or None when no committed row has it."""
+        at = self._first(row_id) if isinstance(row_id, str) else None
+        if at is None or row_id in self._exact:
+            return at
+        ids, _ = self._group(at >> 40, (at >> 20) & 0xFFFFF)
+        return at if ids[at & 0xFFFFF] == row_id else None  # another id with this hash: not this one
+
     def __getitem__(self, row_id: str) -> _Generated:
-        at = self._where[row_id]
-        return self._group(at >> 40, (at >> 20) & 0xFFFFF)[at & 0xFFFFF]
+        at = self._place(row_id)
+        if at is None:
+            raise KeyError(row_id)
+        return self._group(at >> 40, (at >> 20) & 0xFFFFF)[1][at & 0xFFFFF]
 
     def __contains__(self, row_id: object) -> bool:
-        return row_id in self._where
+        return self._place(row_id) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
+        """Each id once, at its first row, read again from the id columns (the index holds no id)."""
+        for ids, base in self._id_groups():
+            for offset, row_id in enumerate(ids):
+                if self._first(row_id) == base | offset:
+                    yield row_id
 
     def __len__(self) -> int:
-        return len(self._where)
+        return self._len
 
-    def keys(self) -> KeysView[str]:
-        return self._where.keys()
-
-    def _group(self, part: int, group: int) -> list[_Generated]:
+    def _group(self, part: int, group: int) -> tuple[list[str], list[_Generated]]:
         key = (part, group)
         if key in self._groups:
             self._groups.move_to_end(key)
             return self._groups[key]
         self.group_reads += 1
         pf = pq.ParquetFile(self._parts[part])
-        names = ("turns", "reasoning", "answer", "input_fingerprint")
+        names = ("id", "turns", "reasoning", "answer", "input_fingerprint")
         rows = pf.read_row_group(group, columns=[c for c in names if c in pf.schema_arrow.names]).to_pylist()
         generated = []
         for row in rows:
             entries = row.get("turns") or [{"reasoning": row.get("reasoning"), "answer": row.get("answer")}]
             turns = [(t.get("reasoning"), t.get("answer") or "") for t in entries]
             generated.append(_Generated(turns, row.get("input_fingerprint")))
-        self._groups[key] = generated
+        self._groups[key] = ([row["id"] for row in rows], generated)
         self._cached += len(generated)
         while self._cached > self.CACHED_ROWS and len(self._groups) > 1:
-            self._cached -= len(self._groups.popitem(last=False)[1])
-        return generated
+            self._cached -= len(self._groups.popitem(last=False)[1][1])
+        return self._groups[key]
 
 
 def _rejected(run_dir: Path) -> dict[str, tuple[str, str | None]]:
@@ -243,7 +285,8 @@ class _Repair:
     counts: Counter[str] = field(default_factory=Counter)
     by_reason: dict[str, Counter[str]] = field(default_factory=dict)
     style: str = ""  # the reasoning style of the current file, from its rows (or its Parquet schema)
-    placed: set[str] = field(default_factory=set)  # regenerated ids met in the original so far
+    # regenerated ids met in the original so far, as 64-bit hashes (8 bytes an id), as resume's done set keeps them
+    placed: DoneSet = field(default_factory=DoneSet)
     json_rows: bool = False  # the current file is JSON (a null id was written on purpose), as the reader reads it
 
     def __post_init__(self) -> None:
@@ -257,12 +300,13 @@ class _Repair:
         reasons = verdict.reasons() or ["ok"]
         row_id = self._id(data)
         if row_id is not None and (row_id in self.accepted or row_id in self.rejected):
-            if row_id in self.placed and not self._repeat(data, row_id, verdict):
+            met = id_hash(row_id) in self.placed
+            if met and not self._repeat(data, row_id, verdict):
                 detail = "repeats an earlier row's id with another conversation; kept as it is"
                 self._list(row_id, source, "duplicate_id", detail)
                 return self._count("duplicate", reasons, data)
-            self.counts["repeats"] += row_id in self.placed
-            self.placed.add(row_id)
+            self.counts["repeats"] += met
+            self.placed.add(id_hash(row_id))
         if row_id is not None and row_id in self.accepted:
             return self._paste(data, row_id, source, verdict, reasons)
         if row_id is not None and row_id in self.rejected:
@@ -324,7 +368,7 @@ class _Repair:
 
     def unplaced(self) -> None:
         """List and count the regenerated rows whose id no original row has (deleted since the run)."""
-        for row_id in self.accepted.keys() - self.placed:
+        for row_id in (i for i in self.accepted if id_hash(i) not in self.placed):
             self._list(row_id, "", "no_row", "regenerated, but no row of the original has this id; not written")
             self.counts["unplaced"] += 1
 
