@@ -78,7 +78,11 @@ def _table(shard: int, rows: int, row_bytes: int, rejects: bool) -> pa.Table:
     if rejects:
         cols["reason"] = pa.array(["truncated"] * rows)
         cols["detail"] = pa.array(["finish_reason=length"] * rows)
-    return pa.Table.from_pydict({n: cols[n] for n in schema.names}, schema=schema)
+    # columns this generator does not fill (spec_verify_ct, repetition_chars, turns, ...) are null, as in a run's
+    # rows the server reported nothing for
+    return pa.Table.from_pydict(
+        {f.name: cols[f.name] if f.name in cols else pa.nulls(rows, f.type) for f in schema}, schema=schema
+    )
 
 
 def _write(job: tuple[Path, int, int, int, bool]) -> int:
