@@ -35,20 +35,20 @@ def _timed(argv: list[str], out: Path, *, kill_at: tuple[Path, float] | None = N
     its metrics say that share is done. Returns wall_s, rss_mb, the exit status and the stderr's tail."""
     stats = out.with_suffix(".time")
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [TIME, "-o", str(stats), "-f", "%e %M", *argv], cwd=ROOT,
-        stdout=open(out, "wb"), stderr=subprocess.PIPE,
-    )  # fmt: skip
-    killed = False
-    while kill_at is not None and proc.poll() is None:
-        metrics, share = kill_at
-        if _done_share(metrics) >= share:
-            for child in _children(proc.pid):
-                os.kill(child, signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.5)
-    _, err = proc.communicate()
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(
+            [TIME, "-o", str(stats), "-f", "%e %M", *argv], cwd=ROOT, stdout=sink, stderr=subprocess.PIPE
+        )
+        killed = False
+        while kill_at is not None and proc.poll() is None:
+            metrics, share = kill_at
+            if _done_share(metrics) >= share:
+                for child in _children(proc.pid):
+                    os.kill(child, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.5)
+        _, err = proc.communicate()
     wall = time.monotonic() - t0
     last = stats.read_text().strip().splitlines()[-1].split()
     if proc.returncode not in ok and not killed:
