@@ -192,6 +192,7 @@ class _Accepted(Mapping[str, _Generated]):
         self._groups: OrderedDict[tuple[int, int], tuple[list[str], list[_Generated]]] = OrderedDict()
         self._cached = 0  # rows in self._groups
         self.group_reads = 0  # row groups read for their turns (a walk in the run's order: each about once)
+        self._last: tuple[object, int | None] = (None, None)  # the last id looked up and its place
 
     def _id_groups(self) -> Iterator[tuple[list[str], int]]:
         """Each row group's ids and the place of its first row, in the parts' order."""
@@ -209,12 +210,16 @@ class _Accepted(Mapping[str, _Generated]):
         return int(self._where[i]) if i < len(self._hashes) and self._hashes[i] == h else None
 
     def _place(self, row_id: object) -> int | None:
-        """Where the first row of `row_id` is, or None when no committed row has it."""
+        """Where the first row of `row_id` is, or None when no committed row has it. The last answer is kept: a row
+        of the original asks `in` and then `[]` for the same id, and the lookup hashes it and checks its row."""
+        if self._last[0] == row_id:
+            return self._last[1]
         at = self._first(row_id) if isinstance(row_id, str) else None
-        if at is None or row_id in self._exact:
-            return at
-        ids, _ = self._group(at >> 40, (at >> 20) & 0xFFFFF)
-        return at if ids[at & 0xFFFFF] == row_id else None  # another id with this hash: not this one
+        if at is not None and row_id not in self._exact:
+            ids, _ = self._group(at >> 40, (at >> 20) & 0xFFFFF)
+            at = at if ids[at & 0xFFFFF] == row_id else None  # another id with this hash: not this one
+        self._last = (row_id, at)
+        return at
 
     def __getitem__(self, row_id: str) -> _Generated:
         at = self._place(row_id)
