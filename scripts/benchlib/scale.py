@@ -3,8 +3,8 @@
 simulator, the project's defaults with plain responses, then what a user does, each step a command of its own:
 
     run (SIGKILLed at 35% of the rows, then rerun), status, status --json, inspect, inspect --json, inspect --html,
-    validate, audit of the original, export chat / specforge / sharegpt / prompt-completion / repaired --original,
-    merge
+    validate, audit of the original, export chat / specforge / sharegpt / prompt-completion / repaired --original /
+    openai-batch-output, merge, and export --push-to-hub up to its upload (to a Hub address where nothing listens)
 
 Each step's wall time and peak RSS are the command's own: `/usr/bin/time -f %M` around it (the child's maxrss, not
 the benchmark's). The run's figure is the larger of its two processes. The report gives every step at every size
@@ -29,15 +29,19 @@ KILL_AT = 0.35
 TIME = "/usr/bin/time"
 
 
-def _timed(argv: list[str], out: Path, *, kill_at: tuple[Path, float] | None = None, ok: tuple[int, ...] = (0,)
-           ) -> dict[str, Any]:  # fmt: skip
+def _timed(argv: list[str], out: Path, *, kill_at: tuple[Path, float] | None = None, ok: tuple[int, ...] = (0,),
+           env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run `argv` under /usr/bin/time; with `kill_at` (a metrics file, a share of the rows) SIGKILL the command once
     its metrics say that share is done. Returns wall_s, rss_mb, the exit status and the stderr's tail."""
     stats = out.with_suffix(".time")
     t0 = time.monotonic()
     with open(out, "wb") as sink:
         proc = subprocess.Popen(
-            [TIME, "-o", str(stats), "-f", "%e %M", *argv], cwd=ROOT, stdout=sink, stderr=subprocess.PIPE
+            [TIME, "-o", str(stats), "-f", "%e %M", *argv],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
         )
         killed = False
         while kill_at is not None and proc.poll() is None:
@@ -53,7 +57,7 @@ def _timed(argv: list[str], out: Path, *, kill_at: tuple[Path, float] | None = N
     last = stats.read_text().strip().splitlines()[-1].split()
     if proc.returncode not in ok and not killed:
         raise RuntimeError(f"{' '.join(argv[:5])} exited {proc.returncode}: {err.decode()[-2000:]}")
-    return {"wall_s": round(wall, 1), "rss_mb": round(int(last[1]) / 1024, 1), "killed": killed}
+    return {"wall_s": round(wall, 1), "rss_mb": round(int(last[1]) / 1024, 1), "killed": killed, "stderr": err}
 
 
 def _children(pid: int) -> list[int]:
@@ -130,8 +134,27 @@ def seed_job(work: Path, rows: int, tokens: int = 1818) -> dict[str, Any]:
         ok = (0, 1) if name == "audit" else (0,)
         steps[name] = _timed([*regen, *argv], work / f"{name.replace(' ', '_')}.out", ok=ok)
         steps[name].pop("killed")
+        steps[name].pop("stderr")
+    steps["export --push-to-hub (preparation)"] = _hub_preparation(regen, run_dir, work, out)
     steps["disk"] = {"run_dir_gib": round(_du(run_dir) / 2**30, 2)}
     return steps
+
+
+def _hub_preparation(regen: list[str], run_dir: Path, work: Path, out: Path) -> dict[str, Any]:
+    """`export --push-to-hub` up to the upload: the export and its card are written, then the upload goes to a Hub
+    address where nothing listens and fails (exit 2), so the figure is the command's own preparation; the upload
+    itself is huggingface_hub's. Refuses a figure unless the export finished and the failure was the upload's."""
+    folder = out / "hub"
+    argv = [*regen, "export", str(run_dir), "--format", "specforge", "--out", str(folder),
+            "--push-to-hub", "bench/seed", "--allow-simulated"]  # fmt: skip
+    step = _timed(argv, work / "export_push-to-hub.out", ok=(2,), env={"HF_ENDPOINT": "http://127.0.0.1:9",
+                                                                        "HF_TOKEN": "hf_bench"})  # fmt: skip
+    said = (work / "export_push-to-hub.out").read_text()
+    if "exported " not in said or b"to the Hub dataset bench/seed failed" not in step["stderr"]:
+        raise RuntimeError(f"--push-to-hub did not stop at the upload: {said[-500:]} {step['stderr'][-1000:]!r}")
+    step.pop("killed")
+    step.pop("stderr")
+    return step
 
 
 def _du(path: Path) -> int:
