@@ -107,3 +107,47 @@ def test_prometheus_has_each_endpoint_s_histogram_and_counters() -> None:
     assert 'regen_spec_accept_length_count{endpoint="http://b",worker="0"} 1.0' in text
     assert 'regen_spec_verify_steps_total{endpoint="http://b",worker="0"} 500.0' in text
     assert 'regen_spec_tokens_total{endpoint="http://a",worker="0"} 30.0' in text
+
+
+def _many(tmp_path: Path, k: int, rows: int) -> Path:
+    """A file of `rows` rows of 1-3 turns each, float32 acceptance as the store writes it, some of it missing."""
+    rng = np.random.default_rng(k)
+    turns = []
+    for _ in range(rows):
+        n = int(rng.integers(1, 4))
+        accept = rng.uniform(1, 6, n)
+        steps = rng.integers(1, 3000, n)
+        known = rng.random(n) < 0.9
+        turns.append(
+            [
+                _turn(float(a) if ok else None, int(v) if rng.random() < 0.8 else None, int(v * a), f"http://{ep}")
+                for a, v, ok, ep in zip(accept, steps, known, rng.choice(list("abc"), n), strict=True)
+            ]
+        )
+    schema = pa.struct(
+        [
+            ("spec_accept_length", pa.float32()),
+            ("spec_verify_ct", pa.int32()),
+            ("completion_tokens", pa.int32()),
+            ("endpoint", pa.string()),
+        ]
+    )
+    lists = pa.array([[{key: t[key] for key in schema.names} for t in row] for row in turns], pa.list_(schema))
+    path = tmp_path / f"part-{k}.parquet"
+    pq.write_table(pa.table({"id": [f"{k}-{i}" for i in range(rows)], "turns": lists}), path)
+    return path
+
+
+def test_a_tally_a_part_at_a_time_gives_the_concatenated_figures_to_the_bit(tmp_path: Path) -> None:
+    """status and inspect add a file's turns at a time; the figures must be the ones the whole run's turns, joined,
+    give: same values, same order, so the same pairwise sums (journal floats stay float64)."""
+    parts = [acceptance.file_turns(_many(tmp_path, k, 3000)) for k in range(4)]
+    parts.append(acceptance.row_turns([_turn(2.123456789, 7, 15, "http://d"), _turn(None, 3, 4, "http://a")]))
+    tally = acceptance.Tally(["endpoint", "turn"])
+    for part in parts:
+        tally.add(part, {"endpoint": (part.endpoint, part.endpoints), "turn": (part.turn, range(3))})
+    joined = acceptance.concat(parts)
+    assert tally.summary() == acceptance.summary(joined)
+    assert tally.by("endpoint") == acceptance.by_endpoint(joined)
+    assert {str(k): v for k, v in tally.by("turn").items()} == acceptance.by_turn(joined)
+    assert tally.summary()["reported"] < tally.summary()["turns"]

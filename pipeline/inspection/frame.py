@@ -23,7 +23,6 @@ COLUMNS: dict[str, type] = {
     "reason": np.int16,
     "endpoint": np.int16,
     "finish": np.int16,
-    "created_at": np.float64,  # seconds since the epoch; float32 would round to minutes
     "answer_bytes": np.int32,
     "reasoning_bytes": np.float32,  # NaN where the reasoning was not read
     "answer_hash": np.int64,
@@ -39,7 +38,9 @@ class Frame:
 
     `checked` marks the rows the looping check ran on (`looping` is False elsewhere); `reasoning_bytes` is NaN
     where the reasoning was not read; `answer_hash` is an exact key of the stripped answer for the rows whose
-    answer may be shared (see scan.py), 0 for all others.
+    answer may be shared (see scan.py), 0 for all others. Rows come file by file: file i's are
+    `bounds[i]:bounds[i + 1]`. Of `created_at` only the span is kept (`created_span`: first and last, None when no
+    row has one); the timeline reads the times again, a file at a time (scan.created_at).
     """
 
     files: list[DataFile]
@@ -49,7 +50,8 @@ class Frame:
     reason: np.ndarray
     endpoint: np.ndarray
     finish: np.ndarray
-    created_at: np.ndarray
+    bounds: np.ndarray
+    created_span: tuple[float, float] | None
     answer_bytes: np.ndarray
     reasoning_bytes: np.ndarray
     answer_hash: np.ndarray
@@ -70,8 +72,10 @@ class FrameBuilder:
     def __init__(self, row_counts: Sequence[int]) -> None:
         self._starts = np.concatenate([[0], np.cumsum(row_counts, dtype=np.int64)]).astype(np.int64)
         self._kept = [0] * len(row_counts)
+        self._span = [(np.inf, -np.inf)] * len(row_counts)  # each file's (first, last) created_at
         rows = int(self._starts[-1])
-        self._columns: dict[str, np.ndarray] = {name: np.empty(rows, dtype) for name, dtype in COLUMNS.items()}
+        dtypes = {**COLUMNS, "file_idx": np.int16 if len(row_counts) < 2**15 else np.int32}
+        self._columns: dict[str, np.ndarray] = {name: np.empty(rows, dtype) for name, dtype in dtypes.items()}
 
     def put(self, fi: int, facts: dict[str, np.ndarray]) -> None:
         n = len(facts["row"])
@@ -79,6 +83,10 @@ class FrameBuilder:
         for name, column in self._columns.items():
             column[at : at + n] = facts[name]
         self._kept[fi] += n
+        times = facts["created_at"][~np.isnan(facts["created_at"])]
+        if times.size:
+            first, last = self._span[fi]
+            self._span[fi] = (min(first, float(times.min())), max(last, float(times.max())))
 
     def add_text_facts(self, fi: int, rows: np.ndarray, looping: np.ndarray, reasoning_bytes: np.ndarray) -> None:
         """Merge the reasoning checks of file `fi`'s `rows` (ascending) into the rows of it already put."""
@@ -99,6 +107,7 @@ class FrameBuilder:
                     column[end : end + n] = column[start : start + n]
             end += n
         c = {name: column[:end] for name, column in self._columns.items()}
+        first, last = min((a for a, _ in self._span), default=np.inf), max((b for _, b in self._span), default=-np.inf)
         return Frame(
             files=files,
             file_idx=c["file_idx"],
@@ -107,7 +116,8 @@ class FrameBuilder:
             reason=c["reason"],
             endpoint=c["endpoint"],
             finish=c["finish"],
-            created_at=c["created_at"],
+            bounds=np.concatenate([[0], np.cumsum(self._kept, dtype=np.int64)]),
+            created_span=(first, last) if first <= last else None,
             answer_bytes=c["answer_bytes"],
             reasoning_bytes=c["reasoning_bytes"],
             answer_hash=c["answer_hash"],

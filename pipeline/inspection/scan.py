@@ -266,13 +266,26 @@ def _seconds(batch: pa.RecordBatch) -> np.ndarray:
     return result
 
 
+def created_at(frame: Frame, fi: int) -> np.ndarray:
+    """Seconds since the epoch (NaN: none) of the frame's rows of file `fi`, in frame order, read again from the
+    file: the frame keeps only their span, not 8 bytes a row."""
+    rows = frame.row[frame.bounds[fi] : frame.bounds[fi + 1]]
+    pfile = pq.ParquetFile(frame.files[fi].path)
+    if not rows.size or "created_at" not in pfile.schema_arrow.names:
+        return np.full(rows.size, np.nan)
+    table = pfile.read(columns=["created_at"], use_threads=False).combine_chunks()
+    seconds: np.ndarray = _seconds(table.to_batches()[0])[rows]
+    return seconds
+
+
 def _confirm_shared(frame: Frame) -> None:
     """Replace the answer fingerprints by exact keys for the accepted rows whose fingerprint SHARED_MIN_PROMPTS
     accepted rows share, and by 0 for all other rows (in place: the frame is the biggest thing we hold)."""
     fingerprint = frame.answer_hash
     eligible = ~frame.rejected & (fingerprint != 0)
     k = SHARED_MIN_PROMPTS - 1
-    ordered = np.sort(fingerprint[eligible])
+    ordered = fingerprint[eligible]  # a copy, sorted in place (np.sort would copy it again)
+    ordered.sort()
     common = np.unique(ordered[k:][ordered[k:] == ordered[:-k]])  # sorted: a value seen k+1 times spans i..i+k
     del ordered
     if common.size:

@@ -17,23 +17,33 @@ from .frame import Frame
 
 
 def spec_report(frame: Frame, accepted: np.ndarray, labels: list[str]) -> dict[str, Any]:
-    """{of, overall, by_shard, by_endpoint, by_turn, by_length}; `labels` names each of `frame.files`."""
+    """{of, overall, by_shard, by_endpoint, by_turn, by_length}; `labels` names each of `frame.files`. A file's
+    turns at a time (acceptance.Tally), never the whole selection's."""
     basis = accepted if accepted.any() else np.ones(len(frame), dtype=bool)
-    parts, shard = [], []
+    tally = acceptance.Tally(["shard", "endpoint", "turn", "length"])
     for fi, f in enumerate(frame.files):
         rows = np.sort(frame.row[basis & (frame.file_idx == fi)])
-        turns = acceptance.file_turns(f.path, rows) if rows.size else acceptance.EMPTY
-        if len(turns):
-            parts.append(turns)
-            shard.append(np.full(len(turns), fi, dtype=np.int32))
-    turns = acceptance.concat(parts)
-    codes = np.concatenate(shard) if shard else np.empty(0, np.int32)
-    by_shard = {labels[fi]: acceptance.summary(turns.take(codes == fi)) for fi in np.unique(codes).tolist()}
+        if rows.size:
+            _add(tally, acceptance.file_turns(f.path, rows), fi)
+    by_shard = {labels[fi]: figures for fi, figures in tally.by("shard").items()}
     return {
         "of": "accepted" if accepted.any() else "all",
-        "overall": acceptance.summary(turns),
+        "overall": tally.summary(),
         "by_shard": dict(sorted(by_shard.items())),
-        "by_endpoint": acceptance.by_endpoint(turns),
-        "by_turn": acceptance.by_turn(turns),
-        "by_length": acceptance.by_length(turns),
+        "by_endpoint": tally.by("endpoint"),
+        "by_turn": {str(k): figures for k, figures in tally.by("turn").items()},
+        "by_length": {acceptance.LENGTH_LABELS[b]: figures for b, figures in tally.by("length").items()},
     }
+
+
+def _add(tally: acceptance.Tally, turns: acceptance.Turns, fi: int) -> None:
+    index, inverse = np.unique(turns.turn, return_inverse=True)
+    tally.add(
+        turns,
+        {
+            "shard": (np.zeros(len(turns), np.int64), [fi]),
+            "endpoint": (turns.endpoint, turns.endpoints),
+            "turn": (inverse, index.tolist()),
+            "length": (acceptance.length_bucket(turns.tokens), range(len(acceptance.LENGTH_LABELS))),
+        },
+    )

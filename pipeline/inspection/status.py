@@ -67,7 +67,7 @@ def run_status(run_dir: Path, *, now: float | None = None) -> RunStatus:
     now = time.time() if now is None else now
     man = manifest_or_empty(run_dir)
     journal = _pending_journal(run_dir)
-    acc = _Tally()
+    acc = _Tally(now)
     for f in shard_files(run_dir):
         _scan_committed(f, journal, acc)
     for f in reject_files(run_dir):
@@ -116,10 +116,17 @@ def _repetition(run_dir: Path, journal: dict[str, dict[str, Any]]) -> dict[str, 
 
 def _acceptance(run_dir: Path, journal: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The server's speculative acceptance over the accepted turns so far, overall and per endpoint: the shards, and
-    the journal's accepted rows not committed yet (`journal` holds only those by now). Numeric leaves only."""
-    pending = acceptance.row_turns([e["row"] for e in journal.values() if e["kind"] == "accepted"])
-    turns = acceptance.concat([*(acceptance.file_turns(f.path) for f in shard_files(run_dir)), pending])
-    return {**acceptance.summary(turns), "by_endpoint": acceptance.by_endpoint(turns)}
+    the journal's accepted rows not committed yet (`journal` holds only those by now). Numeric leaves only; a file's
+    turns at a time (acceptance.Tally), never the run's."""
+    tally = acceptance.Tally(["endpoint"])
+    for f in shard_files(run_dir):
+        _add_turns(tally, acceptance.file_turns(f.path))
+    _add_turns(tally, acceptance.row_turns([e["row"] for e in journal.values() if e["kind"] == "accepted"]))
+    return {**tally.summary(), "by_endpoint": tally.by("endpoint")}
+
+
+def _add_turns(tally: acceptance.Tally, turns: acceptance.Turns) -> None:
+    tally.add(turns, {"endpoint": (turns.endpoint, turns.endpoints)})
 
 
 def _workers(run_dir: Path, now: float) -> list[dict[str, Any]]:
@@ -150,14 +157,14 @@ def _worker_of(path: Path) -> int | None:
 
 
 class _Tally:
-    """Running counts over committed and journal rows; per-row arrays are kept compact (numpy) for rates."""
+    """Running counts over committed and journal rows: the rates' sums as they go, and each endpoint's latencies
+    (float32, 4 bytes a row: their percentiles need every value)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: float) -> None:
         self.accepted = 0
         self.rejected = 0
         self.reasons: Counter[str] = Counter()
-        self.times: list[np.ndarray] = []
-        self.tokens: list[np.ndarray] = []
+        self.rates = _RowRates(now)
         self.ep_latency: dict[str, list[np.ndarray]] = {}
         self.ep_counts: dict[str, Counter[str]] = {}
 
@@ -173,8 +180,9 @@ class _Tally:
         generated = _generated(reasons, n) if rejected else None  # bad_input rows were never sent: not in rates
         times = _epoch_seconds(batch.column("created_at"))
         tokens = batch.column("completion_tokens").fill_null(0).to_numpy(zero_copy_only=False)
-        self.times.append(times if generated is None else times[generated])
-        self.tokens.append(tokens if generated is None else tokens[generated])
+        self.rates.add(
+            times if generated is None else times[generated], tokens if generated is None else tokens[generated]
+        )
         endpoints = batch.column("endpoint").fill_null("")
         latency = batch.column("latency_s").fill_null(np.nan).to_numpy(zero_copy_only=False)
         for value, _ in _value_counts(endpoints):
@@ -214,6 +222,31 @@ class _Tally:
                 **{f"latency_p{q}": float(np.percentile(lat, q)) if lat.size else None for q in (50, 90, 99)},
             }
         return table
+
+
+class _RowRates:
+    """What the rates read of the rows' (created_at, completion_tokens), summed as the rows go by: how many have a
+    time, the first and last, the tokens, and the same for those within RECENT_WINDOW_S of `now`. Token counts are
+    integers, so their sums are exact whatever the order."""
+
+    def __init__(self, now: float) -> None:
+        self.since = now - RECENT_WINDOW_S
+        self.rows = self.recent = 0
+        self.tokens = self.recent_tokens = 0
+        self.first = self.last = np.nan
+
+    def add(self, times: np.ndarray, tokens: np.ndarray) -> None:
+        ok = ~np.isnan(times)
+        times, tokens = times[ok], tokens[ok]
+        if not times.size:
+            return
+        recent = times >= self.since
+        self.rows += int(times.size)
+        self.recent += int(recent.sum())
+        self.tokens += tokens.sum().item()
+        self.recent_tokens += tokens[recent].sum().item()
+        self.first = float(np.fmin(self.first, times.min()))
+        self.last = float(np.fmax(self.last, times.max()))
 
 
 def _generated(reasons: pa.Array | None, n: int) -> np.ndarray:
@@ -276,17 +309,13 @@ def _scan_committed(f: DataFile, journal: dict[str, dict[str, Any]], acc: _Tally
 
 
 def _rates(run_dir: Path, acc: _Tally, now: float, dead: set[int]) -> RunStatus:
-    times = np.concatenate(acc.times) if acc.times else np.empty(0)
-    tokens = np.concatenate(acc.tokens) if acc.tokens else np.empty(0)
-    ok = ~np.isnan(times)
-    times, tokens = times[ok], tokens[ok]
-    rates: dict[str, Any] = {"source": "rows", "last_row_at": float(times.max()) if times.size else None}
-    span = float(times.max() - times.min()) if times.size > 1 else 0.0
-    recent = times >= now - RECENT_WINDOW_S
-    rates["completions_per_s"] = times.size / span if span > 0 else 0.0
-    rates["output_tokens_per_s"] = float(tokens.sum()) / span if span > 0 else 0.0
-    rates["recent_completions_per_s"] = float(recent.sum()) / RECENT_WINDOW_S
-    rates["recent_output_tokens_per_s"] = float(tokens[recent].sum()) / RECENT_WINDOW_S
+    rows = acc.rates
+    rates: dict[str, Any] = {"source": "rows", "last_row_at": rows.last if rows.rows else None}
+    span = rows.last - rows.first if rows.rows > 1 else 0.0
+    rates["completions_per_s"] = rows.rows / span if span > 0 else 0.0
+    rates["output_tokens_per_s"] = float(rows.tokens) / span if span > 0 else 0.0
+    rates["recent_completions_per_s"] = float(rows.recent) / RECENT_WINDOW_S
+    rates["recent_output_tokens_per_s"] = float(rows.recent_tokens) / RECENT_WINDOW_S
     recent_metrics = _metrics_rates(run_dir, now, dead)
     if recent_metrics is not None:
         rates.update(recent_metrics, source="metrics")

@@ -15,7 +15,7 @@ from ..store.manifest import manifest_or_empty, simulated_endpoints
 from . import pending, stats
 from .frame import Frame
 from .sample import choose, fetch_rows, sample_entry
-from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, TEXT_SAMPLE_ROWS, Filters, scan
+from .scan import SHARED_MIN_BYTES, SHARED_MIN_PROMPTS, TEXT_SAMPLE_ROWS, Filters, created_at, scan
 from .speculative import spec_report
 from .where import WhereError, parse_where
 
@@ -141,7 +141,7 @@ def _overview(d: stats.Derived) -> dict[str, Any]:
         "overall": overall,
         "warnings": stats.warnings(d, overall),
         "histograms": {"reasoning_tokens": histograms["reasoning_tokens"], answers: histograms[answers]},
-        "timeline": stats.timeline(d),
+        "timeline": stats.timeline(d, lambda fi: created_at(frame, fi)),
     }
 
 
