@@ -151,3 +151,12 @@ def test_a_tally_a_part_at_a_time_gives_the_concatenated_figures_to_the_bit(tmp_
     assert tally.by("endpoint") == acceptance.by_endpoint(joined)
     assert {str(k): v for k, v in tally.by("turn").items()} == acceptance.by_turn(joined)
     assert tally.summary()["reported"] < tally.summary()["turns"]
+
+
+def test_sum64_is_numpys_sum_to_the_bit() -> None:
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 129, acceptance.SUM_CHUNK, acceptance.SUM_CHUNK + 1, 3 * acceptance.SUM_CHUNK + 13, 300_001):
+        values = rng.lognormal(0, 3, n).astype(np.float32)
+        assert acceptance.sum64(lambda lo, hi: values[lo:hi].astype(np.float64), n) == float(
+            values.astype(np.float64).sum()
+        )

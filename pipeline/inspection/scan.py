@@ -74,7 +74,8 @@ def scan(
     files: Sequence[DataFile], filters: Filters, threads: int = SCAN_THREADS, text_sample_rows: int = TEXT_SAMPLE_ROWS
 ) -> Frame:
     """The frame of the rows of `files` that pass `filters`; text checks on up to `text_sample_rows` per file."""
-    builder = FrameBuilder([f.rows for f in files])
+    dense = filters.where is not None and "reasoning" in filters.where.columns  # every row's reasoning is read
+    builder = FrameBuilder([f.rows for f in files], dense_reasoning=dense)
     codes = {"reason": _Codes(), "endpoint": _Codes(), "finish": _Codes()}
     with ThreadPoolExecutor(max(1, threads)) as pool:
         jobs = enumerate(files)
@@ -124,7 +125,6 @@ def _scan_file(
         in_sample[first : first + count] = True
     for batch, rows in _batches(pfile, columns, missing, filters):
         facts = _facts(batch, f.rejects, codes, in_sample[rows])
-        facts["file_idx"] = np.full(batch.num_rows, fi, dtype=np.int32)
         facts["row"] = rows
         out.put(fi, facts)
     if filters.reasoning and "reasoning" in names and "reasoning" not in columns:
@@ -218,9 +218,11 @@ def _facts(
     offsets, data = textmeasures.buffers(answer)
     start, end = textmeasures.trimmed_bounds(offsets, data)
     answer_len = (end - start).astype(np.int32)
-    fingerprint = np.zeros(n, dtype=np.int64)
+    fingerprint = np.zeros(n, dtype=np.uint32)  # 0: too short to compare
     long_enough = np.flatnonzero(answer_len >= SHARED_MIN_BYTES)
-    fingerprint[long_enough] = textmeasures.fingerprints(data, start[long_enough], end[long_enough])
+    wide = textmeasures.fingerprints(data, start[long_enough], end[long_enough]).view(np.uint64)
+    folded = ((wide ^ (wide >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    fingerprint[long_enough] = np.maximum(folded, 1)  # never 0: a long answer is always compared
     reasoning = _text(batch, "reasoning") if "reasoning" in batch.schema.names else None  # read for --where
     looping = np.zeros(n, dtype=bool)
     picked = np.flatnonzero(checked)
@@ -236,7 +238,7 @@ def _facts(
         "created_at": _seconds(batch),
         "answer_bytes": answer_len,
         "reasoning_bytes": _lengths(reasoning) if reasoning is not None else np.full(n, np.nan),
-        "answer_hash": fingerprint,
+        "fingerprint": fingerprint,
         "checked": checked,
         "looping": looping,
     }
@@ -279,9 +281,12 @@ def created_at(frame: Frame, fi: int) -> np.ndarray:
 
 
 def _confirm_shared(frame: Frame) -> None:
-    """Replace the answer fingerprints by exact keys for the accepted rows whose fingerprint SHARED_MIN_PROMPTS
-    accepted rows share, and by 0 for all other rows (in place: the frame is the biggest thing we hold)."""
-    fingerprint = frame.answer_hash
+    """Key exactly the answers of the accepted rows whose fingerprint SHARED_MIN_PROMPTS accepted rows share
+    (`frame.answer_rows`, `frame.answer_keys`) and let the fingerprints go. Every answer given to that many
+    accepted rows is among them (equal answers have equal fingerprints); a fingerprint shared by different
+    answers only adds rows whose exact keys then differ."""
+    fingerprint = frame.fingerprint
+    assert fingerprint is not None, "confirmed once"
     eligible = ~frame.rejected & (fingerprint != 0)
     k = SHARED_MIN_PROMPTS - 1
     ordered = fingerprint[eligible]  # a copy, sorted in place (np.sort would copy it again)
@@ -289,18 +294,25 @@ def _confirm_shared(frame: Frame) -> None:
     common = np.unique(ordered[k:][ordered[k:] == ordered[:-k]])  # sorted: a value seen k+1 times spans i..i+k
     del ordered
     if common.size:
-        eligible &= common[np.searchsorted(common, fingerprint).clip(max=common.size - 1)] == fingerprint
+        for lo in range(0, fingerprint.size, 1 << 16):  # a slice at a time: searchsorted's answer is int64
+            here = fingerprint[lo : lo + (1 << 16)]
+            eligible[lo : lo + here.size] &= common[np.searchsorted(common, here).clip(max=common.size - 1)] == here
     else:
         eligible[:] = False
-    fingerprint[~eligible] = 0
+    frame.fingerprint = None
     candidates = np.flatnonzero(eligible)
-    for fi in np.unique(frame.file_idx[candidates]).tolist():
-        mine = candidates[frame.file_idx[candidates] == fi]
-        fingerprint[mine] = _exact_keys(frame.files[fi], frame.row[mine])
+    del eligible
+    keys = np.zeros(candidates.size, dtype=np.int64)
+    file_of = np.searchsorted(frame.bounds, candidates, side="right") - 1
+    for fi in np.unique(file_of).tolist():
+        mine = np.flatnonzero(file_of == fi)
+        keys[mine] = _exact_keys(frame.files[fi], frame.row[candidates[mine]])
+    frame.answer_rows, frame.answer_keys = candidates, keys
 
 
 def _exact_keys(f: DataFile, rows: np.ndarray) -> np.ndarray:
     """exact_key of the answer at each row of `f`, reading only the row groups that hold them."""
+    rows = rows.astype(np.int64)
     bounds = np.cumsum([0, *f.row_groups])
     group_of = np.searchsorted(bounds, rows, side="right") - 1
     out = np.zeros(rows.size, dtype=np.int64)

@@ -22,7 +22,8 @@ def spec_report(frame: Frame, accepted: np.ndarray, labels: list[str]) -> dict[s
     basis = accepted if accepted.any() else np.ones(len(frame), dtype=bool)
     tally = acceptance.Tally(["shard", "endpoint", "turn", "length"])
     for fi, f in enumerate(frame.files):
-        rows = np.sort(frame.row[basis & (frame.file_idx == fi)])
+        at = slice(int(frame.bounds[fi]), int(frame.bounds[fi + 1]))  # rows come file by file
+        rows = np.sort(frame.row[at][basis[at]])
         if rows.size:
             _add(tally, acceptance.file_turns(f.path, rows), fi)
     by_shard = {labels[fi]: figures for fi, figures in tally.by("shard").items()}

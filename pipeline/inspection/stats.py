@@ -46,11 +46,11 @@ class Derived:
 def _shared(frame: Frame, accepted: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Rows whose answer (long enough to be distinctive) is given to SHARED_MIN_PROMPTS or more accepted prompts,
     and the ten most shared answers as (first row, count), most shared first."""
-    eligible = np.flatnonzero(accepted & (frame.answer_hash != 0))  # scan.py keyed only the candidates
+    eligible = frame.answer_rows  # scan.py keyed only the candidates, all accepted
     shared = np.zeros(len(frame), dtype=bool)
     if not eligible.size:
         return shared, []
-    hashes = frame.answer_hash[eligible]
+    hashes = frame.answer_keys
     values, first, counts = np.unique(hashes, return_index=True, return_counts=True)
     many = counts >= SHARED_MIN_PROMPTS
     shared[eligible] = np.isin(hashes, values[many])
@@ -63,10 +63,11 @@ def percentiles(values: np.ndarray) -> dict[str, float | None]:
     values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
     if values.size == 0:
         return {"count": 0, **{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
-    qs = np.percentile(values, PERCENTILES)
+    mean, top = float(values.mean(dtype=np.float64)), float(values.max())
+    qs = np.percentile(values, PERCENTILES, overwrite_input=values.dtype.kind == "f")  # the copy above: reordered
     out: dict[str, float | None] = {"count": int(values.size)}
     out.update({f"p{q}": float(v) for q, v in zip(PERCENTILES, qs, strict=True)})
-    out.update(mean=float(values.mean(dtype=np.float64)), max=float(values.max()))
+    out.update(mean=mean, max=top)
     return out
 
 
@@ -87,9 +88,11 @@ def length_column(frame: Frame, name: str, rows: np.ndarray) -> np.ndarray:
     if name in frame.tokens:
         result: np.ndarray = frame.tokens[name][rows]
         return result
-    if name in ("answer_bytes", "reasoning_bytes"):
-        result = getattr(frame, name)[rows].astype(np.float32)
+    if name == "answer_bytes":
+        result = frame.answer_bytes[rows].astype(np.float32)
         return result
+    if name == "reasoning_bytes":
+        return frame.reasoning_bytes(rows)
     answer_tokens = frame.tokens["completion_tokens"][rows] - frame.tokens["reasoning_tokens"][rows]
     if name == "answer_tokens":
         result = answer_tokens
@@ -98,10 +101,11 @@ def length_column(frame: Frame, name: str, rows: np.ndarray) -> np.ndarray:
         answer_tokens[answer_tokens <= 0] = np.nan
         ratio = frame.tokens["reasoning_tokens"][rows] / answer_tokens
         del answer_tokens
-        answer_bytes = frame.answer_bytes[rows].astype(np.float32)
-        answer_bytes[answer_bytes <= 0] = np.nan
-        unknown = np.isnan(ratio)
-        ratio[unknown] = frame.reasoning_bytes[rows][unknown] / answer_bytes[unknown]
+        unknown = np.flatnonzero(np.isnan(ratio))  # the token counts say nothing: the byte lengths instead
+        if unknown.size:
+            answer_bytes = frame.answer_bytes[rows][unknown].astype(np.float32)
+            answer_bytes[answer_bytes <= 0] = np.nan
+            ratio[unknown] = frame.reasoning_bytes(rows)[unknown] / answer_bytes
     result = ratio
     return result
 
@@ -118,23 +122,36 @@ def group_row(d: Derived, mask: np.ndarray) -> dict[str, Any]:
     )
 
 
+TALLY_ROWS = 1 << 16  # rows per step of `_tally`: its masks and bincount's int64 copy of the codes stay small
+
+
 def _tally(d: Derived, codes: np.ndarray, n: int, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Per group code (0..n-1): how many rows, accepted rows, checked rows and rows with each problem."""
+    """Per group code (0..n-1): how many rows, accepted rows, checked rows and rows with each problem; counted
+    TALLY_ROWS rows at a time (counts add up)."""
     f = d.frame
-    base = within if within is not None else np.ones(len(f), dtype=bool)
-    acc = base & d.accepted
-    checked = base & f.checked
-    flags = {
-        "rows": base,
-        "accepted": acc,
-        "checked": checked,
-        "empty": d.empty & acc,
-        "short": d.short & acc,
-        "shared": d.shared & acc,
-        "looping": f.looping & checked,
-        "truncated": d.truncated & base,
-    }
-    return {key: np.bincount(codes[m], minlength=n) for key, m in flags.items()}
+    out = {key: np.zeros(n, dtype=np.intp) for key in _TALLIED}
+    for lo in range(0, len(f), TALLY_ROWS):
+        at = slice(lo, lo + TALLY_ROWS)
+        base = within[at] if within is not None else np.ones(f.rejected[at].size, dtype=bool)
+        acc = base & d.accepted[at]
+        checked = base & f.checked[at]
+        flags = {
+            "rows": base,
+            "accepted": acc,
+            "checked": checked,
+            "empty": d.empty[at] & acc,
+            "short": d.short[at] & acc,
+            "shared": d.shared[at] & acc,
+            "looping": f.looping[at] & checked,
+            "truncated": d.truncated[at] & base,
+        }
+        here = codes[at]
+        for key, m in flags.items():
+            out[key] += np.bincount(here[m], minlength=n)
+    return out
+
+
+_TALLIED = ("rows", "accepted", "checked", "empty", "short", "shared", "looping", "truncated")
 
 
 def _row(t: dict[str, int], completion_p50: float | None, answer_p50: float | None) -> dict[str, Any]:
@@ -159,13 +176,9 @@ def _row(t: dict[str, int], completion_p50: float | None, answer_p50: float | No
     }
 
 
-def _accepted_completions(d: Derived, rows: np.ndarray) -> np.ndarray:
-    """The known completion lengths of the accepted rows among `rows` (a mask or indices), sorted."""
-    completion = d.frame.tokens["completion_tokens"]
-    if rows.dtype == bool:
-        completion = completion[rows & d.accepted]
-    else:
-        completion = completion[rows[d.accepted[rows]]]
+def _accepted_completions(d: Derived, rows: np.ndarray, at: slice = slice(None)) -> np.ndarray:
+    """The known completion lengths of the accepted rows among the rows `at` selected by the mask `rows`, sorted."""
+    completion = d.frame.tokens["completion_tokens"][at][rows & d.accepted[at]]
     completion = completion[~np.isnan(completion)]
     completion.sort()
     result: np.ndarray = completion
@@ -190,7 +203,9 @@ def group_table(
     truncations by construction. `within`: only these rows count, as members and as the others.
 
     Linear in rows, not rows x groups: counts come from one bincount per measure, the others' counts are the
-    totals minus the group's, and the others' median is found in the sorted totals (`_median_without`).
+    totals minus the group's, and the others' median is found in the sorted totals (`_median_without`). A group's
+    members are a slice of the rows when the codes ascend (the file index: rows come file by file), else a mask
+    (a few endpoints): never an index array of every row.
     """
     f = d.frame
     n = len(names)
@@ -199,20 +214,24 @@ def group_table(
     totals = _tally(d, kinds, 2, within)
     rows = np.ones(len(f), dtype=bool) if within is None else within
     universe = [_accepted_completions(d, (kinds == k) & rows) for k in (0, 1)]
-    order = np.argsort(codes, kind="stable")
-    if within is not None:
-        order = order[within[order]]
-    bounds = np.searchsorted(codes[order], np.arange(n + 1))
+    ascending = bool(np.all(codes[1:] >= codes[:-1]))
+    bounds = np.searchsorted(codes, np.arange(n + 1)) if ascending else None
     table: dict[str, dict[str, Any]] = {}
     for code, name in sorted(enumerate(names), key=lambda pair: pair[1]):  # codes follow thread timing
         if not groups["rows"][code]:
             continue
-        members = order[bounds[code] : bounds[code + 1]]
-        kind = int(kinds[members[0]])
+        if bounds is not None:
+            at = slice(int(bounds[code]), int(bounds[code + 1]))
+            member = rows[at]
+        else:
+            at = slice(None)
+            member = (codes == code) & rows
+        kind = int(kinds[at][np.argmax(member)])
         mine = {key: int(v[code]) for key, v in groups.items()}
         rest = {key: int(totals[key][kind]) - mine[key] for key in mine}
-        completion = _accepted_completions(d, members)
-        answers = f.answer_bytes[members[d.accepted[members]]]
+        completion = _accepted_completions(d, member, at)
+        answers = f.answer_bytes[at][member & d.accepted[at]]
+        del member
         row = _row(
             mine,
             float(np.median(completion)) if completion.size else None,

@@ -183,7 +183,7 @@ def _examples(frame: Frame, mask: np.ndarray, base: int) -> dict[str, Any]:
 
 
 def _loc(frame: Frame, pos: int) -> tuple[int, int]:
-    return int(frame.file_idx[pos]), int(frame.row[pos])
+    return frame.file_of(pos), int(frame.row[pos])
 
 
 def _preview(text: str) -> str:
