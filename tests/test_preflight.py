@@ -142,6 +142,22 @@ def test_probe_carries_a_regen_probe_rid() -> None:
     assert stats["generations_total"] == 0
 
 
+def test_the_simulator_is_told_after_it_has_served_prompts() -> None:
+    """A rerun's preflight meets a simulator that has served many prompts: it still says so, from the brief stats
+    (the whole body grows with every prompt served: ~25 MB after 100K)."""
+
+    async def body(url: str) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=5) as http:
+            for i in range(20):
+                messages = [{"role": "user", "content": f"q{i}"}]
+                request = {"model": MODEL, "messages": messages, "max_tokens": 8, "rid": f"r{i}"}
+                await http.post(f"{url}/v1/chat/completions", json=request)
+        return await preflight_endpoint(url, _cfg())
+
+    report = _with_sim(GOOD, body)
+    assert report["info"]["simulator"] is True
+
+
 def test_transient_probe_failures_are_retried() -> None:
     key = prompt_key([{"role": "user", "content": PROBE_PROMPT}])
     plan = [FaultPlan(seed, p_500=0.5) for seed in range(200)]

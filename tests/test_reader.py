@@ -377,6 +377,22 @@ def test_no_duplicates_returns_the_row_count(tmp_path: Path) -> None:
     assert PromptReader(InputConfig(path=str(path))).check_duplicates() == 10
 
 
+def test_ids_that_share_a_hash_are_not_duplicates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Duplicates are found on 64-bit hashes and confirmed on the ids themselves: with every id hashed alike (the
+    worst collision there is), distinct ids are no duplicates, and a real repeat is named as before."""
+    from pipeline.inputs import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "hash", lambda _: 7, raising=False)  # the builtin the reader hashes with
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": str(i), "prompt": "x"} for i in range(10)])
+    assert PromptReader(InputConfig(path=str(path))).check_duplicates() == 10
+    again = write_jsonl(tmp_path / "again.jsonl", [{"id": i, "prompt": "x"} for i in ("a", "b", "a", "c")])
+    with pytest.raises(
+        InputError, match=rf"1 ids occur more than once \(1 extra rows\): 'a' at {again}:1, {again}:3\."
+    ):
+        PromptReader(InputConfig(path=str(again))).check_duplicates()
+    assert PromptReader(InputConfig(path=str(again), dedupe=True)).check_duplicates() == 3
+
+
 # ---------------------------------------------------------------- unreadable input
 
 

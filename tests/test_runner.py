@@ -199,3 +199,29 @@ def test_an_indexed_job_without_a_worker_count_is_a_config_error(monkeypatch: py
     monkeypatch.setenv("JOB_COMPLETION_INDEX", "2")
     with pytest.raises(ConfigError, match="set REGEN_NUM_WORKERS"):
         worker_from_env(None, None)
+
+
+def test_counts_made_a_slice_of_hashes_at_a_time_are_the_whole_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_count` walks the input's hashes COUNT_IDS at a time (issue 40: flat memory); with slices of 7 over 50 ids
+    and two workers, what a worker owns and what is already done are the same as counted at once."""
+    from pipeline.engine import runner
+    from pipeline.store.partition import id_hash, owns
+
+    monkeypatch.setattr(runner, "COUNT_IDS", 7)
+    ids = write_prompts(tmp_path / "prompts.jsonl", 50)
+    mine = [i for i in ids if owns(id_hash(i), 0, 2)]
+    assert 7 < len(mine) < 50
+
+    async def scenario() -> None:
+        async with serve(timed_sim(decode_rate=0)) as url:
+            cfg = make_config(tmp_path, url, drain_timeout_s=1.0)
+            first = await Runner(cfg, RunOptions(num_workers=2, limit=5), None).main()
+            assert first.metrics["total"] == len(mine) and first.metrics["accepted"] == 5
+            again = await Runner(cfg, RunOptions(num_workers=2), None).main()
+            assert again.metrics["total"] == len(mine) and again.metrics["already_done"] == 5
+            assert again.metrics["accepted"] == len(mine) - 5
+
+    asyncio.run(scenario())
+    assert sorted(stored(tmp_path / "run")) == mine

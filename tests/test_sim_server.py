@@ -237,6 +237,23 @@ def test_duplicate_rid_and_stats_and_probes() -> None:
     run(SimConfig(mean_output_tokens=50), check)
 
 
+def test_brief_stats_are_the_totals_without_the_maps_by_prompt() -> None:
+    """`?brief=1` (what preflight asks to tell the simulator): the same body less the maps that hold an entry per
+    prompt or rid served, so its size does not grow with a run's progress."""
+
+    async def check(c: httpx.AsyncClient) -> None:
+        for rid in ("a", "b", "c"):
+            await c.post("/v1/chat/completions", json=chat_body(rid=rid, messages=[{"role": "user", "content": rid}]))
+        full = (await c.get("/_sim/stats")).json()
+        brief = (await c.get("/_sim/stats", params={"brief": "1"})).json()
+        maps = {"generations", "generations_by_rid", "with_tools", "spec_by_rid"}
+        assert full.keys() - brief.keys() == maps
+        assert brief == {k: v for k, v in full.items() if k not in maps}
+        assert brief["generations_total"] == 3 and len(full["generations_by_rid"]) == 3
+
+    run(SimConfig(mean_output_tokens=50), check)
+
+
 def test_info_routes() -> None:
     async def check(c: httpx.AsyncClient) -> None:
         info = (await c.get("/server_info")).json()

@@ -137,7 +137,7 @@ async def _sim_stats(request: web.Request) -> web.Response:
     running, waiting = sim.running_waiting()
     return _json(
         {
-            **sim.stats.snapshot(log=request.query.get("log") == "1"),
+            **sim.stats.snapshot(log=request.query.get("log") == "1", brief=request.query.get("brief") == "1"),
             "prefix_cache": sim.prefix_cache.snapshot(),
             "running": running,
             "queued": waiting,

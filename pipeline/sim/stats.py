@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 PROBE_PREFIX = "regen-probe-"
+BY_PROMPT = ("generations", "generations_by_rid", "with_tools", "spec_by_rid")  # one entry per prompt key or rid
 
 
 def is_probe(rid: str | None) -> bool:
@@ -80,9 +81,12 @@ class Stats:
             self.scripted_generations += 1
             self.scripted_tokens += tokens
 
-    def snapshot(self, log: bool = False) -> dict[str, Any]:
+    def snapshot(self, log: bool = False, brief: bool = False) -> dict[str, Any]:
         """The counters; with `log`, also each prompt key's generations as [rid, wall time] pairs (where a duplicate
-        across servers came from)."""
+        across servers came from). With `brief`, the totals alone: none of the maps by prompt key or rid, which grow
+        with every prompt served (~25 MB of JSON after 100K prompts)."""
+        if brief:
+            return {k: v for k, v in self.snapshot().items() if k not in BY_PROMPT}
         return ({"generation_log": self.log} if log else {}) | {
             "requests": self.requests,
             "in_flight": self.in_flight,
