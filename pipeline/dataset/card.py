@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..errors import OutputError
-from ..store import acceptance, repetition
+from ..store import acceptance, repetition, row_groups
 from ..store.files import readable_parts
 from ..store.layout import MANIFEST, REJECTS, SHARDS
 from ..store.manifest import Manifest, simulated_endpoints
@@ -134,7 +134,7 @@ def percentiles(values: np.ndarray) -> dict[str, float] | None:
 
 def _columns(folder: Path, names: list[str]) -> Iterator[Any]:
     for path in readable_parts(folder):
-        yield from pq.ParquetFile(path).iter_batches(batch_size=65536, columns=names)
+        yield from row_groups.iter_batches(pq.ParquetFile(path), 65536, names)
 
 
 # ---------------------------------------------------------------- front matter and body

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError, OutputError
 from ..schema import BASE_FIELDS, REJECT_FIELDS, to_table
-from ..store import id_hash, id_hashes
+from ..store import id_hash, id_hashes, row_groups
 from ..store.files import damage_note, readable_parts, refuse_partial
 from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
 from ..store.scan import duplicated_hashes
@@ -180,7 +180,7 @@ def _keep_fields(parts: list[Path]) -> list[str]:
 def _batches(parts: list[Path]) -> Iterator[list[Row]]:
     for path in parts:
         try:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+            for batch in row_groups.iter_batches(pq.ParquetFile(path), BATCH_ROWS):
                 yield batch.to_pylist()
         except FileNotFoundError:
             raise InputError(f"{path}: vanished during export (is a merge running?); export again") from None

@@ -22,6 +22,7 @@ from ..errors import InputError
 from ..inputs import conversations
 from ..inputs.input_files import Broken, json_array_rows
 from ..inputs.stored import INLINE, REASONING_FIELDS
+from ..store import row_groups
 
 BATCH_ROWS = 1024
 
@@ -83,7 +84,7 @@ def _parquet(choice: RowChoice, path: Path, tmp: Path) -> None:
     choice.style = _schema_style(schema)
     start = 0
     with pq.ParquetWriter(tmp, schema) as writer:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+        for batch in row_groups.iter_batches(pf, BATCH_ROWS):
             rows = batch.to_pylist()
             out = [choice.row(data, f"{path}:{i}") for i, data in enumerate(rows, start)]
             if all(a is b for a, b in zip(out, rows, strict=True)):

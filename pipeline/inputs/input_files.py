@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError, RegenError
+from ..store import row_groups
 from ..store.objects import Uri, local_path, objects_for, parse_uri, uri_text
 from ..store.remote import cache_root
 
@@ -342,7 +343,7 @@ def parquet_rows(path: Path, columns: list[str], size: int, ids_only: str | None
         if ids_only is not None and _never_null(pf, ids_only):
             names = [ids_only]
         start = 0
-        for batch in pf.iter_batches(batch_size=size, columns=names):
+        for batch in row_groups.iter_batches(pf, size, names):
             yield list(enumerate(batch.to_pylist(), start))
             start += batch.num_rows
     except (OSError, pa.ArrowException) as exc:

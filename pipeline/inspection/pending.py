@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..schema import reject_schema, shard_schema, to_table
+from ..store import row_groups
 from ..store.files import DataFile
 from ..store.layout import REJECTS, SHARDS
 from ..store.manifest import manifest_or_empty
@@ -45,7 +46,7 @@ def uncommitted(run_dir: Path, committed: Iterable[DataFile]) -> dict[str, dict[
         return entries
     pending = pa.array(list(entries), pa.string())
     for f in committed:
-        for batch in pq.ParquetFile(f.path).iter_batches(batch_size=65536, columns=["id"]):
+        for batch in row_groups.iter_batches(pq.ParquetFile(f.path), 65536, ["id"]):
             for rid in batch.column("id").filter(pc.is_in(batch.column("id"), value_set=pending)).to_pylist():
                 entries.pop(rid, None)
     return entries

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..store import row_groups
 from ..store.files import DataFile
 from . import textmeasures
 from .frame import TOKENS, Frame, FrameBuilder
@@ -157,7 +158,7 @@ def _batches(
     """(batch, row numbers in file) for the rows of the file that pass the filters."""
     start = 0
     size = _batch_rows(pfile.metadata, columns)
-    for batch in pfile.iter_batches(batch_size=size, columns=columns, use_threads=False):
+    for batch in row_groups.iter_batches(pfile, size, columns, use_threads=False):
         for name in missing:  # e.g. `reason` in a shard: null there, as in a table of both
             batch = batch.append_column(name, pa.nulls(batch.num_rows, pa.string()))
         rows = np.arange(start, start + batch.num_rows, dtype=np.int32)

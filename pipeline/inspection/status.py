@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..store import acceptance, heartbeat, repetition
+from ..store import acceptance, heartbeat, repetition, row_groups
 from ..store.files import DataFile, damaged_parts, reject_files, shard_files
 from ..store.manifest import manifest_or_empty, simulated_endpoints
 from ..store.remote import remote_of
@@ -300,7 +300,7 @@ def _scan_committed(f: DataFile, journal: dict[str, dict[str, Any]], acc: _Tally
     pfile = pq.ParquetFile(f.path)
     columns = _STATUS_COLUMNS + (["reason"] if f.rejects else [])
     pending = pa.array(list(journal), pa.string()) if journal else None
-    for batch in pfile.iter_batches(batch_size=65536, columns=columns):
+    for batch in row_groups.iter_batches(pfile, 65536, columns):
         if pending is not None:
             hit = pc.is_in(batch.column("id"), value_set=pending)
             for rid in batch.column("id").filter(hit).to_pylist():

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, InputError, OutputError
+from . import row_groups
 from .durable import fsync_dir
 from .files import (
     QUARANTINE_PREFIX,
@@ -194,7 +195,7 @@ class _RowSource:
 
     def __init__(self, paths: list[Path], schema: pa.Schema, batch_rows: int) -> None:
         self._schema = schema
-        self._batches = (b for p in paths for b in pq.ParquetFile(p).iter_batches(batch_size=batch_rows))
+        self._batches = (b for p in paths for b in row_groups.iter_batches(pq.ParquetFile(p), batch_rows))
         self._carry = schema.empty_table()
 
     def take(self, n: int) -> pa.Table:

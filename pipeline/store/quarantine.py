@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from ..config import ValidateConfig
 from ..schema import COMPLETION_COLUMNS, completion_of, reject_schema
 from ..validator import validate
+from . import row_groups
 from .files import (
     QUARANTINE_PREFIX as PREFIX,
 )
@@ -140,7 +141,7 @@ def _check_shard(
     leftover: list[np.ndarray] = []
     names = pq.read_schema(f.path).names
     columns = ["id", *(c for c in COMPLETION_COLUMNS if c in names)]
-    for batch in pq.ParquetFile(f.path).iter_batches(batch_size=4096, columns=columns):
+    for batch in row_groups.iter_batches(pq.ParquetFile(f.path), 4096, columns):
         result["rows"] += batch.num_rows
         already = pc.is_in(batch.column("id"), value_set=moved).to_numpy(zero_copy_only=False)
         leftover.append(batch.column("id").filter(pa.array(already)).to_numpy(zero_copy_only=False))
@@ -167,7 +168,7 @@ def _write_quarantine(run_dir: Path, f: DataFile, failing: dict[str, tuple[str, 
     schema = pfile.schema_arrow
     new_ids = pa.array(sorted(failing), pa.string())
     rows = pa.Table.from_batches(
-        [b.filter(pc.is_in(b.column("id"), value_set=new_ids)) for b in pfile.iter_batches(batch_size=4096)],
+        [b.filter(pc.is_in(b.column("id"), value_set=new_ids)) for b in row_groups.iter_batches(pfile, 4096)],
         schema=schema,
     )
     digest = hashlib.sha1("\n".join(new_ids.to_pylist()).encode()).hexdigest()[:12]
