@@ -117,3 +117,52 @@ def test_a_missing_chat_template_is_checked_before_the_tokenizer(tmp_path: Path,
                 tmp_path / "run", "tokenized", tmp_path / "out", ExportOptions(tokenizer=folder, chat_template=missing)
             )
     assert not (tmp_path / "out").exists()
+
+
+def _many_rows(n: int) -> list[dict[str, Any]]:
+    """`n` rows, copies of the conversation rows under their own ids, in a run of more than one export batch."""
+    base = rows()
+    return [{**base[i % len(base)], "id": f"{base[i % len(base)]['id']}-{i}"} for i in range(n)]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((folder / "data").iterdir())} | {
+        "README.md": (folder / "README.md").read_bytes()
+    }
+
+
+def test_encoding_many_texts_at_once_writes_what_one_text_at_a_time_writes(
+    tmp_path: Path, tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The texts of a batch are encoded a few calls at a time (issue 40): the files are the bytes one call per text
+    writes, across export batches (BATCH_ROWS) and with the texts cut into many calls."""
+    from pipeline.dataset import tokenized
+    from pipeline.dataset.export import BATCH_ROWS
+
+    make_conversation_run(tmp_path / "run", _many_rows(BATCH_ROWS + 200))
+    options = ExportOptions(tokenizer=tokenizer_dir, rows_per_file=700)
+    export(tmp_path / "run", "tokenized", tmp_path / "batched", options)
+    monkeypatch.setattr(tokenized, "ENCODE_CHARS", 1)  # each text in a call of its own
+    export(tmp_path / "run", "tokenized", tmp_path / "alone", options)
+    assert _files(tmp_path / "batched") == _files(tmp_path / "alone")
+    assert sorted(_files(tmp_path / "alone")) == ["README.md", "train-00000.parquet", "train-00001.parquet"]
+
+
+def test_the_encoder_gives_each_text_the_ids_transformers_gives_it(tmp_path: Path, tokenizer_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from pipeline.dataset.tokenized import Encoder
+
+    texts = ["", "multi answer <|im_end|>\n", "émoji 🙂 tabs\tand  spaces", "", "<think>\nq</think>" * 40, "x"]
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    expected = [list(tok(text, add_special_tokens=False)["input_ids"]) if text else [] for text in texts]
+    plain = Encoder(tok)
+    assert plain.backend is not None  # a plain fast tokenizer: its backend's batch encode
+    truncating = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    truncating.backend_tokenizer.enable_truncation(max_length=4)  # transformers turns it off when it encodes
+    other = Encoder(truncating)
+    assert other.backend is None  # asked through transformers
+    for encoder in (plain, other):
+        ids, lengths = encoder.encode(texts)
+        assert lengths.tolist() == [len(e) for e in expected]
+        assert ids.dtype == "int32" and ids.tolist() == [i for e in expected for i in e]

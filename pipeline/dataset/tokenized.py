@@ -23,11 +23,13 @@ gives one row per turn, each with its reasoning. `transformers` loads the tokeni
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError
@@ -52,6 +54,7 @@ class TokenizedConverter:
         self.style = Style("field" if style.reasoning == "inline" else style.reasoning)
         self.expand, self.thinking = expand_turns, thinking
         self.end_of_turn = end_of_turn(self.tokenizer, thinking)
+        self.encoder = Encoder(self.tokenizer)
         self.skipped: Counter[str] = Counter()
         self.notes: Counter[str] = Counter()
         self._tools: list[Row] | None = None  # the current row's tools, for the template
@@ -74,7 +77,11 @@ class TokenizedConverter:
         return pa.schema(fields + [pa.field(name, pa.string()) for name in keep_fields])
 
     def rows(self, batch: list[Row]) -> list[Row]:
-        out: list[Row] = []
+        """The batch's rows tokenized: each conversation rendered and cut into pieces (prompt, generated turn, ...,
+        tail) in order, then every piece of the batch encoded by the tokenizer in a few calls (`Encoder`), each
+        row's `input_ids` and `loss_mask` NumPy views of the batch's arrays (schema.to_table builds their columns
+        with one copy)."""
+        planned: list[tuple[Row, list[str], list[int], Row]] = []  # (row, pieces, their mask bits, head)
         for row in batch:
             conv = conversation(row)
             self._tools = json.loads(row["tools"]) if row.get("tools") else None
@@ -84,27 +91,45 @@ class TokenizedConverter:
                 continue
             if not self.expand:
                 positions = [i for i, m in enumerate(conv) if m.generated]
-                out += self._row(row, conv, positions, {"id": row["id"]})
+                self._plan(planned, row, conv, positions, {"id": row["id"]})
                 continue
             for target in found:
                 head = {"id": f"{row['id']}#turn{target.index}", "source_id": row["id"]}
                 head["assistant_turn_index"] = target.index
                 sample = (*target.history, target.turn)
-                out += self._row(row, sample, [len(sample) - 1], head)
+                self._plan(planned, row, sample, [len(sample) - 1], head)
+        pieces = [piece for _, texts, _, _ in planned for piece in texts]
+        ids, lengths = self.encoder.encode(pieces)
+        mask = np.repeat(np.array([bit for _, _, bits, _ in planned for bit in bits], dtype=np.int8), lengths)
+        ends = np.cumsum(lengths)
+        out: list[Row] = []
+        first = 0  # the row's first piece
+        for row, texts, _, head in planned:
+            start = int(ends[first - 1]) if first else 0
+            end = int(ends[first + len(texts) - 1])
+            first += len(texts)
+            row_mask = mask[start:end]
+            extra = {name: row.get(name) for name in self._keep + (["reason", "detail"] if self._rejects else [])}
+            body = {"input_ids": ids[start:end], "loss_mask": row_mask, "num_tokens": end - start}
+            body["num_loss_tokens"] = int(np.count_nonzero(row_mask))
+            out.append({**head, **body, "model": row.get("model"), **extra})
         return out
 
-    def _row(self, row: Row, conv: tuple[Message, ...], positions: list[int], head: Row) -> list[Row]:
+    def _plan(
+        self, planned: list[tuple[Row, list[str], list[int], Row]], row: Row, conv: tuple[Message, ...],
+        positions: list[int], head: Row,
+    ) -> None:  # fmt: skip
+        """Append the row's pieces to `planned`, or count the reason it cannot be rendered in `skipped`."""
         try:
-            ids, mask = self.tokenize(conv, positions)
+            texts, bits = self.pieces(conv, positions)
         except _Unrenderable as exc:
             self.skipped[str(exc)] += 1
-            return []
-        extra = {name: row.get(name) for name in self._keep + (["reason", "detail"] if self._rejects else [])}
-        body = {"input_ids": ids, "loss_mask": mask, "num_tokens": len(ids), "num_loss_tokens": sum(mask)}
-        return [{**head, **body, "model": row.get("model"), **extra}]
+            return
+        planned.append((row, texts, bits, head))
 
-    def tokenize(self, conv: tuple[Message, ...], positions: list[int]) -> tuple[list[int], list[int]]:
-        """`input_ids` and `loss_mask` of `conv`, with the assistant turns at `positions` as generated."""
+    def pieces(self, conv: tuple[Message, ...], positions: list[int]) -> tuple[list[str], list[int]]:
+        """`conv` rendered and cut where the generated turns at `positions` start and end: the pieces of text in
+        order and each one's mask bit (1 on a generated turn), tokenized apart as a server sees them."""
         messages = [self._message(m) for m in conv]
         full = self._render(messages, generation_prompt=False)
         spans: list[tuple[int, int]] = []
@@ -120,17 +145,14 @@ class TokenizedConverter:
             reasoning = conv[i].reasoning
             if reasoning and reasoning not in full[start:end]:
                 self.notes["reasoning_not_rendered"] += 1
-        ids: list[int] = []
-        mask: list[int] = []
+        texts: list[str] = []
+        bits: list[int] = []
         cursor = 0
         for start, end in spans:
-            for piece, bit in ((full[cursor:start], 0), (full[start:end], 1)):
-                piece_ids = self._encode(piece)
-                ids += piece_ids
-                mask += [bit] * len(piece_ids)
+            texts += [full[cursor:start], full[start:end]]
+            bits += [0, 1]
             cursor = end
-        tail = self._encode(full[cursor:])
-        return ids + tail, mask + [0] * len(tail)
+        return texts + [full[cursor:]], bits + [0]
 
     def _message(self, m: Message) -> Row:
         out: Row = {"role": m.role, "content": m.content}
@@ -147,12 +169,88 @@ class TokenizedConverter:
             self.tokenizer, messages, generation_prompt=generation_prompt, thinking=self.thinking, tools=self._tools
         )
 
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
-
 
 class _Unrenderable(Exception):
     """A conversation the template cannot render as prompt + generated turns; the message is the skip reason."""
+
+
+# How much text one call to the backend tokenizer encodes: enough pieces for its threads to share, few enough that
+# the encodings it returns (each token's id, string, offsets, masks: ~100 bytes) stay a few tens of MB.
+ENCODE_CHARS = 1 << 18
+
+
+class Encoder:
+    """Texts to token ids, each text alone and without special tokens added: what `tokenizer(text,
+    add_special_tokens=False)["input_ids"]` returns, for many texts at once.
+
+    A plain fast tokenizer (a `PreTrainedTokenizerFast` whose encoding methods are its own, with no truncation or
+    padding set and special tokens matched as transformers matches them) is asked through its backend's
+    `encode_batch_fast`: the same ids without the offsets that are not used, the texts shared among the backend's
+    threads (600 seed-shaped conversations on the tests' tokenizer: 1.3x the speed of one transformers call per text
+    on one thread, 2.4x on two). Any other tokenizer, or one whose ids for a probe differ, is called through
+    transformers with the texts as one batch."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.backend = _plain_backend(tokenizer)
+        if self.backend is not None:
+            probe = "regen probe <|im_end|> 12 345\n\n  tabs\tand émoji 🙂"
+            if self._backend_ids([probe, ""]) != [list(self._transformers_ids([probe])[0]), []]:
+                self.backend = None
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of every text, one after another (int32), and how many each text has (int64)."""
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        chunks: list[np.ndarray] = [np.empty(0, dtype=np.int32)]
+        at = 0
+        while at < len(texts):
+            end, size = at, 0
+            while end < len(texts) and (end == at or size + len(texts[end]) <= ENCODE_CHARS):
+                size += len(texts[end])
+                end += 1
+            some = [i for i in range(at, end) if texts[i]]  # an empty text has no token: not asked
+            if some:
+                encoded = self._ids([texts[i] for i in some])
+                lengths[some] = [len(ids) for ids in encoded]
+                chunks.append(np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32))
+            at = end
+        return np.concatenate(chunks), lengths
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return self._backend_ids(texts) if self.backend is not None else self._transformers_ids(texts)
+
+    def _backend_ids(self, texts: list[str]) -> list[list[int]]:
+        assert self.backend is not None
+        return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def _transformers_ids(self, texts: list[str]) -> list[list[int]]:
+        return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+_ENCODING_METHODS = (
+    "__call__", "_call_one", "encode", "encode_plus", "batch_encode_plus", "_encode_plus", "_batch_encode_plus",
+    "set_truncation_and_padding",
+)  # fmt: skip
+
+
+def _plain_backend(tokenizer: Any) -> Any:
+    """The `tokenizers.Tokenizer` behind `tokenizer` when calling it directly gives the ids transformers would
+    (see Encoder), else None."""
+    from transformers import PreTrainedTokenizerFast
+
+    backend: Any = getattr(tokenizer, "backend_tokenizer", None)
+    if not isinstance(tokenizer, PreTrainedTokenizerFast) or not hasattr(backend, "encode_batch_fast"):
+        return None
+    cls = type(tokenizer)
+    if any(getattr(cls, m, None) is not getattr(PreTrainedTokenizerFast, m, None) for m in _ENCODING_METHODS):
+        return None  # a subclass that encodes its own way
+    if backend.truncation is not None or backend.padding is not None:
+        return None
+    if bool(getattr(backend, "encode_special_tokens", False)) != bool(
+        getattr(tokenizer, "split_special_tokens", False)
+    ):
+        return None
+    return backend
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
