@@ -157,6 +157,6 @@ def test_sum64_is_numpys_sum_to_the_bit() -> None:
     rng = np.random.default_rng(7)
     for n in (0, 1, 7, 129, acceptance.SUM_CHUNK, acceptance.SUM_CHUNK + 1, 3 * acceptance.SUM_CHUNK + 13, 300_001):
         values = rng.lognormal(0, 3, n).astype(np.float32)
-        assert acceptance.sum64(lambda lo, hi: values[lo:hi].astype(np.float64), n) == float(
+        assert acceptance.sum64(lambda lo, hi, v=values: v[lo:hi].astype(np.float64), n) == float(
             values.astype(np.float64).sum()
         )
