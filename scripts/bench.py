@@ -59,6 +59,12 @@ def main() -> int:
         "--scale-sizes", default="90000,902000", help="scale: dataset sizes, comma-separated (quick: 20000,90000)"
     )
     ap.add_argument("--scale-tokens", type=int, default=1818, help="scale: mean completion tokens (the seed's 1,818)")
+    ap.add_argument(
+        "--scale-keep", type=Path, help="scale: keep each size's run and dataset in DIR/seed-N (hard links)"
+    )
+    ap.add_argument(
+        "--scale-after", type=Path, help="scale: no run; the commands after it on a --scale-keep DIR's runs"
+    )
     ap.add_argument("--rehearsal", type=int, nargs="?", const=902_000, metavar="N", help="dress rehearsal, N prompts")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
@@ -75,7 +81,7 @@ def main() -> int:
             results[name] = bench_overhead(work, args.requests, args.concurrency, args.tokens)
         elif name == "scale":
             sizes = [int(n) for n in args.scale_sizes.split(",")]
-            results[name] = bench_scale(work, sizes, args.scale_tokens)
+            results[name] = bench_scale(work, sizes, args.scale_tokens, keep=args.scale_keep, after=args.scale_after)
         elif name == "saturation":
             results[name] = bench_saturation(work, max(4000, args.requests // 3))
         elif name == "startup":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,8 +90,9 @@ def _config(work: Path, url: str, dataset: Path) -> Path:
     return cfg
 
 
-def seed_job(work: Path, rows: int, tokens: int = 1818) -> dict[str, Any]:
-    """The whole sequence at one size; {step: {wall_s, rss_mb}} and the run's own figures."""
+def seed_job(work: Path, rows: int, tokens: int = 1818, keep: Path | None = None) -> dict[str, Any]:
+    """The whole sequence at one size; {step: {wall_s, rss_mb}} and the run's own figures. With `keep`, the run
+    directory and the dataset are also kept there (hard links, before `merge` rewrites the run) for `after_run`."""
     work.mkdir(parents=True, exist_ok=True)
     dataset = work / "seed.jsonl"
     seed_dataset(dataset, rows)
@@ -108,6 +110,17 @@ def seed_job(work: Path, rows: int, tokens: int = 1818) -> dict[str, Any]:
     finally:
         sim.stop()
     steps["run"].update(_exactly_once(run_dir, rows))
+    if keep is not None:
+        shutil.copytree(run_dir, keep / "run", copy_function=os.link)
+        os.link(dataset, keep / "seed.jsonl")
+    steps.update(after_run(work, run_dir, dataset))
+    return steps
+
+
+def after_run(work: Path, run_dir: Path, dataset: Path) -> dict[str, Any]:
+    """Every command a user runs after the run, each timed on its own: {step: {wall_s, rss_mb}} and the disk."""
+    regen = [sys.executable, "-m", "pipeline"]
+    steps: dict[str, Any] = {}
     out = work / "out"
     commands = {
         "status": ["status", str(run_dir)],
@@ -157,6 +170,12 @@ def _hub_preparation(regen: list[str], run_dir: Path, work: Path, out: Path) -> 
     return step
 
 
+def _after_kept(work: Path, kept: Path) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(kept / "run", work / "run", copy_function=os.link)
+    return after_run(work, work / "run", kept / "seed.jsonl")
+
+
 def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -175,9 +194,16 @@ def _exactly_once(run_dir: Path, rows: int) -> dict[str, Any]:
     return {"ids": len(counts), "duplicates": dupes, "missing": rows - len(counts)}
 
 
-def bench_scale(work: Path, sizes: list[int], tokens: int = 1818) -> dict[str, Any]:
-    """Every size's sequence, then each step's ratio of the largest size to the smallest (wall and RSS)."""
-    by_size = {n: seed_job(work / f"seed-{n}", n, tokens) for n in sorted(sizes)}
+def bench_scale(work: Path, sizes: list[int], tokens: int = 1818, *, keep: Path | None = None,
+                after: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every size's sequence, then each step's ratio of the largest size to the smallest (wall and RSS). `keep`:
+    keep each size's run and dataset under keep/seed-N; `after`: no run, the steps after it on after/seed-N's
+    (hard-linked into `work` first: merge rewrites a run)."""
+    if after is not None:
+        by_size = {n: _after_kept(work / f"seed-{n}", after / f"seed-{n}") for n in sorted(sizes)}
+    else:
+        by_size = {n: seed_job(work / f"seed-{n}", n, tokens, keep / f"seed-{n}" if keep else None)
+                   for n in sorted(sizes)}  # fmt: skip
     small, big = min(by_size), max(by_size)
     table = {}
     for step, figures in by_size[big].items():
@@ -193,7 +219,7 @@ def bench_scale(work: Path, sizes: list[int], tokens: int = 1818) -> dict[str, A
     print(markdown(table, small, big), flush=True)
     flat = all(t["rss_ratio"] <= 1.2 for t in table.values())
     under = all(t[f"rss_mb@{big}"] < 1024 for t in table.values())
-    return {"sizes": sorted(sizes), "steps": table, "runs": {n: v["run"] for n, v in by_size.items()},
+    return {"sizes": sorted(sizes), "steps": table, "runs": {n: v.get("run") for n, v in by_size.items()},
             "disk": {n: v["disk"] for n, v in by_size.items()},
             "targets": {"every step rss <= 1.2x": flat, "every step < 1 GB": under}}  # fmt: skip
 
