@@ -212,12 +212,17 @@ def sim_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_process = argv is None  # the console script, not a caller's interpreter
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sim"]:
         args = sim_parser().parse_args(argv[1:])
         args.command = "sim"
     else:
         args = build_parser().parse_args(argv)
+    if own_process and args.command in READS_RUN_FILES:
+        from .engine.memory import use_run_pools
+
+        use_run_pools()
     try:
         return int(COMMANDS[args.command](args) or 0)
     except Interrupted as exc:
@@ -499,6 +504,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+# Commands that read a run's (or a dataset's) Parquet files: in their own process, on the run's Arrow pools.
+READS_RUN_FILES = frozenset({"status", "inspect", "validate", "export", "audit", "merge"})
 COMMANDS = {
     "run": cmd_run,
     "preflight": cmd_preflight,
