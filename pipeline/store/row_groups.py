@@ -45,5 +45,6 @@ def iter_batches(
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:
-    """`table`'s rows (at least one) as one record batch, its chunks joined."""
-    return pa.concat_batches(table.to_batches())
+    """`table`'s rows (at least one) as one record batch, its chunks joined (pa.concat_batches wants pyarrow 19)."""
+    batches: list[pa.RecordBatch] = table.combine_chunks().to_batches()
+    return batches[0]
