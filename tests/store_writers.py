@@ -1,7 +1,8 @@
 """Writer subprocesses for the crash tests: a RunStore writing synthetic rows in a real process, SIGKILLed mid-write.
 
 The writer half (`todo`, `add_row`, `sync`, `close`) runs inside the child's `python -c` script; it prints one line
-per event: `open ...` once the store is open, `synced <ids>` once those ids are durable, `closed` at the end. The
+per event: `open ...` once the store is open, `syncing <ids>` before those ids' sync starts (a SIGKILL can land after
+the sync committed them and before the next line), `synced <ids>` once they are durable, `closed` at the end. The
 parent half (`Writer`, `outcome`) starts the child, reads those lines on a thread and kills it with SIGKILL.
 """
 
@@ -41,11 +42,13 @@ def add_row(store: RunStore, pid: str, rng: random.Random) -> None:
 
 
 def sync(store: RunStore, batch: list[str]) -> None:
+    print("syncing", *batch, flush=True)
     store.sync_blocking()
     print("synced", *batch, flush=True)
 
 
 def close(store: RunStore, batch: list[str]) -> None:
+    print("syncing", *batch, flush=True)
     store.close()
     print("synced", *batch, flush=True)
     print("closed", flush=True)
@@ -74,7 +77,7 @@ class Writer:
         for line in self.proc.stdout:
             self.lines.append(line)
             self.opened.set()
-            syncs += line.startswith("synced")
+            syncs += line.split(maxsplit=1)[:1] == ["synced"]
             if self.kill is not None and syncs == self.kill[0]:
                 self.kill_in(self.kill[1])
         self.opened.set()
@@ -91,5 +94,15 @@ class Writer:
 
 def outcome(writers: Sequence[Writer]) -> tuple[set[str], int]:
     """The ids the writers reported synced, and how many of them finished."""
-    synced = {pid for w in writers for line in w.lines if line.startswith("synced") for pid in line.split()[1:]}
-    return synced, sum(any(line.startswith("closed") for line in w.lines) for w in writers)
+    return _ids(writers, "synced"), sum(any(line.startswith("closed") for line in w.lines) for w in writers)
+
+
+def announced(writers: Sequence[Writer]) -> set[str]:
+    """The ids the writers announced before syncing them: what a store may hold, synced or cut off mid-sync."""
+    return _ids(writers, "syncing")
+
+
+def _ids(writers: Sequence[Writer], event: str) -> set[str]:
+    return {
+        pid for w in writers for line in w.lines if line.split(maxsplit=1)[:1] == [event] for pid in line.split()[1:]
+    }
