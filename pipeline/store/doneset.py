@@ -42,7 +42,7 @@ class DoneSet:
     def contains_many(self, hashes: np.ndarray) -> np.ndarray:
         """A bool array: which of `hashes` are in the set."""
         hashes = np.asarray(hashes, dtype=np.uint64)
-        found = _in_sorted(self._sorted, hashes)
+        found = in_sorted(self._sorted, hashes)
         if self._recent:
             found |= np.isin(hashes, np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent)))
         return found
@@ -65,7 +65,7 @@ class DoneSet:
 
     def difference(self, other: DoneSet) -> DoneSet:
         mine = self.to_array()
-        return DoneSet(mine[~_in_sorted(other.to_array(), mine)])
+        return DoneSet(mine[~in_sorted(other.to_array(), mine)])
 
     @property
     def nbytes(self) -> int:
@@ -99,7 +99,8 @@ def sorted_unique(hashes: np.ndarray, *, owned: bool = False) -> np.ndarray:
     return array if keep.all() else array[keep]  # no repeats (the usual case): no second 8 MB-per-million copy
 
 
-def _in_sorted(sorted_array: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+def in_sorted(sorted_array: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """A bool array: which of `hashes` are in `sorted_array` (sorted uint64)."""
     if len(sorted_array) == 0:
         return np.zeros(len(hashes), dtype=bool)
     idx = np.searchsorted(sorted_array, hashes)
