@@ -228,9 +228,9 @@ def test_duplicate_ids_are_reported_as_run_would_refuse_them(
 
 
 def test_duplicate_ids_across_closed_runs_and_within_a_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The seen ids are kept in sorted runs of at most _Seen.RUN hashes: a repeat is found whether its first row is
+    """The seen ids are kept in sorted runs of at most SeenHashes.RUN hashes: a repeat is found whether its first row is
     in a closed run, the open one or earlier in the same block, with the same counts and examples as a plain set."""
-    from pipeline.dataset import audit
+    from pipeline.store.doneset import SeenHashes
 
     rows = [r for r, _, _ in (planted_row(i) for i in range(400))]
     order = rows[:150] + [rows[3], rows[149]] + rows[150:] + [rows[399], rows[3], rows[200]]
@@ -238,11 +238,11 @@ def test_duplicate_ids_across_closed_runs_and_within_a_block(tmp_path: Path, mon
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in order))
     want = audit_dataset(str(path), AuditOptions(block_bytes=2048, jobs=1))["duplicate_ids"]
-    monkeypatch.setattr(audit._Seen, "RUN", 16)
+    monkeypatch.setattr(SeenHashes, "RUN", 16)
     got = audit_dataset(str(path), AuditOptions(block_bytes=2048, jobs=1))["duplicate_ids"]
     assert got == want
     assert (got["rows"], got["ids"]) == (6, 5)
     assert [d["id"] for d in got["examples"]] == [rows[i]["id"] for i in (3, 149, 155, 399, 3)]
-    seen = audit._Seen()
+    seen = SeenHashes()
     assert seen.repeats(np.array([5, 9, 5], dtype=np.uint64)) == [2]
     assert seen.repeats(np.array([9, 7, 7, 5], dtype=np.uint64)) == [0, 2, 3]

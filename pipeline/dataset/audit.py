@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
 import orjson
 
 from ..errors import InputError, OutputError
@@ -37,7 +36,7 @@ from ..inputs.line_blocks import line_blocks, line_ranges, ordered_map, read_ran
 from ..inputs.row_audit import BAD_INPUT, AuditOptions, RowAudit, audit_row
 from ..inputs.stored import StoredTurn, read_chunks
 from ..records import Verdict
-from ..store.doneset import in_sorted
+from ..store.doneset import SeenHashes
 from ..store.partition import id_hashes
 from .reservoirs import Examples, Reservoir
 
@@ -208,7 +207,8 @@ class _Tally:
         self.examples = Examples(random.Random(opts.seed), opts.examples)
         self.lengths = {"answer_chars": Reservoir(opts.seed), "reasoning_chars": Reservoir(opts.seed + 1)}
         self.path, self.line = "", 1  # the file of the last block merged, and the line number its next block starts at
-        self.seen = _Seen()
+        # the ids met so far, as 64-bit hashes: 8 bytes an id, not the ids themselves
+        self.seen = SeenHashes()
         self.repeated: set[int] = set()  # the ids met more than once
         self.repeated_rows = 0  # rows whose id an earlier row has
         self.repeats: list[dict[str, str]] = []  # the first DUPLICATE_EXAMPLES of them
@@ -280,42 +280,6 @@ class _Tally:
             "thinking": self.opts.thinking,
             "seed": self.opts.seed,
         }
-
-
-class _Seen:
-    """The ids met so far, as 64-bit hashes (store/partition.py) in sorted runs of about RUN ids: 8 bytes an id
-    and no copy of the whole set. (A Python set of hashes took ~70 bytes an id; one sorted array, grown by
-    np.insert, briefly held two copies of itself: ~17 MB more at 902K rows than at 90K.) A block's ids are looked
-    up in every run at once; the newest run takes the block's new ids and closes at RUN."""
-
-    RUN = 1 << 16
-
-    def __init__(self) -> None:
-        self.runs: list[np.ndarray] = []  # sorted uint64 arrays of RUN hashes or fewer (or one block's, if larger)
-
-    def repeats(self, hashes: np.ndarray) -> list[int]:
-        """Add a block's hashes in order; returns the positions of those met before (in an earlier block or
-        earlier in this one)."""
-        met = np.zeros(len(hashes), dtype=bool)
-        for run in self.runs:
-            met |= in_sorted(run, hashes)
-        new: dict[int, None] = {}
-        again = []
-        for k, (h, before) in enumerate(zip(hashes.tolist(), met.tolist(), strict=True)):
-            if before or h in new:
-                again.append(k)
-            else:
-                new[h] = None
-        if new:
-            self._add(np.fromiter(new, dtype=np.uint64, count=len(new)))
-        return again
-
-    def _add(self, fresh: np.ndarray) -> None:
-        fresh.sort()
-        if self.runs and len(self.runs[-1]) + len(fresh) <= self.RUN:
-            last = self.runs.pop()
-            fresh = np.insert(last, np.searchsorted(last, fresh), fresh)
-        self.runs.append(fresh)
 
 
 def _sorted(counts: Counter[str]) -> dict[str, int]:
