@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from pipeline.config import Config, EndpointConfig, ExportConfig, InputConfig
-from pipeline.dataset import repair
-from pipeline.dataset.repair import ROWS, RepairOptions, _Accepted, export_repaired
+from pipeline.dataset import generated
+from pipeline.dataset.generated import AcceptedRows, accepted_rows
+from pipeline.dataset.repair import ROWS, RepairOptions, export_repaired
 from pipeline.errors import ConfigError, RegenError
 from pipeline.inputs.ids import content_id
 from tests.helpers.repair import ACCEPTED, Q, original_rows, repair_run
@@ -189,7 +190,6 @@ def test_the_runs_turns_are_read_on_demand_one_row_group_at_a_time(tmp_path: Pat
     id column alone; walked in the run's order, each row group is read once, and what is read equals the rows."""
     import pyarrow.parquet as pq
 
-    from pipeline.dataset import repair as repair_module
     from pipeline.schema import shard_schema, to_table
     from pipeline.store import synthetic
 
@@ -200,7 +200,7 @@ def test_the_runs_turns_are_read_on_demand_one_row_group_at_a_time(tmp_path: Pat
         rows = [synthetic.accepted(i, 64) for i in ids[part * 1000 : (part + 1) * 1000]]
         pq.write_table(to_table(rows, shard_schema()), shards / f"part-{part}.parquet", row_group_size=100)
     pq.write_table(to_table([synthetic.accepted("r00005", 64)], shard_schema()), shards / "part-9.parquet")  # a copy
-    accepted = repair_module._accepted(tmp_path)
+    accepted = accepted_rows(tmp_path)
     assert len(accepted) == 3000 and set(accepted.keys()) == set(ids) and "nope" not in accepted
     for row_id in ids:
         generated = accepted[row_id]
@@ -222,7 +222,7 @@ def _parts(tmp_path: Path, *parts: list[tuple[str, str]]) -> list[Path]:
 def test_the_index_of_accepted_ids_keeps_the_first_copy_and_each_id_once(tmp_path: Path) -> None:
     """A copy committed twice (before a resume settles it): the first part's row is the one pasted."""
     paths = _parts(tmp_path, [("a", "first a"), ("b", "b"), ("c", "c")], [("a", "second a"), ("d", "d")])
-    accepted = _Accepted(paths)
+    accepted = AcceptedRows(paths)
     assert accepted["a"].turns == [("r", "first a")] and accepted["d"].turns == [("r", "d")]
     assert list(accepted) == ["a", "b", "c", "d"] and len(accepted) == 4
     assert "e" not in accepted and None not in accepted
@@ -235,12 +235,12 @@ def test_ids_sharing_a_hash_are_told_apart(tmp_path: Path, monkeypatch: pytest.M
     def one_hash(row_id: str) -> int:
         return 7 if row_id in ("a", "b", "never") else real(row_id)
 
-    real = repair.id_hash
-    monkeypatch.setattr(repair, "id_hash", one_hash)
-    monkeypatch.setattr(repair, "id_hashes", lambda ids: np.array([one_hash(i) for i in ids], dtype=np.uint64))
-    accepted = _Accepted(_parts(tmp_path, [("a", "A"), ("x", "X")], [("b", "B"), ("a", "A again")]))
+    real = generated.id_hash
+    monkeypatch.setattr(generated, "id_hash", one_hash)
+    monkeypatch.setattr(generated, "id_hashes", lambda ids: np.array([one_hash(i) for i in ids], dtype=np.uint64))
+    accepted = AcceptedRows(_parts(tmp_path, [("a", "A"), ("x", "X")], [("b", "B"), ("a", "A again")]))
     assert (accepted["a"].turns, accepted["b"].turns, accepted["x"].turns) == ([("r", "A")], [("r", "B")], [("r", "X")])
     assert "never" not in accepted and sorted(accepted) == ["a", "b", "x"] and len(accepted) == 3
     (tmp_path / "lone").mkdir()
-    lone = _Accepted(_parts(tmp_path / "lone", [("a", "A")]))
+    lone = AcceptedRows(_parts(tmp_path / "lone", [("a", "A")]))
     assert "a" in lone and "never" not in lone and "b" not in lone  # one row of the hash: checked by its id

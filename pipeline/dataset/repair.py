@@ -22,24 +22,23 @@ gzipped JSONL, a JSON array, Parquet), the same rows in the same order and the s
 Rows are matched to the run by the reader's ids (the run's own `[input]` from run.json: id field, or the content
 hash of the conversation with its system prompt). The export is atomic: every file is written hidden, renamed into
 place once all are complete, and `repair-report.json` (the counts by reason) is written last, so a crash leaves the
-previous output or none, and a rerun writes it whole. The run's accepted turns are read on demand (`_Accepted`): an
-index of ids, and the row groups the original's rows ask for, so memory does not grow with the run's texts.
+previous output or none, and a rerun writes it whole. The run's accepted turns are read on demand
+(dataset/generated.py): an index of ids, and the row groups the original's rows ask for, so memory does not grow with
+the run's texts.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..config import Config, config_from_dict
 from ..conversation import ConversationError, Message
@@ -50,10 +49,10 @@ from ..inputs.input_files import labels, resolve
 from ..inputs.row_audit import AuditOptions, RowAudit, audit_row, regenerated_positions
 from ..inputs.stored import INLINE, REASONING_FIELDS, fingerprint, split_message, with_system
 from ..store.doneset import DoneSet
-from ..store.files import damage_note, readable_parts, refuse_partial
-from ..store.layout import MANIFEST, PART_KINDS, REJECTS, SHARDS
+from ..store.files import damage_note, refuse_partial
+from ..store.layout import MANIFEST, PART_KINDS
 from ..store.manifest import read_manifest
-from ..store.partition import id_hash, id_hashes
+from ..store.partition import id_hash
 from .card import (
     CARD,
     CardOptions,
@@ -63,6 +62,7 @@ from .card import (
     publisher_note,
     simulated_note,
 )
+from .generated import Generated, accepted_rows, rejected_rows
 from .redact import Hosts
 from .rewrite import rewrite
 
@@ -95,7 +95,7 @@ def export_repaired(run_dir: Path, out: Path, options: RepairOptions) -> dict[st
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(f".*{_TMP}"):
         stale.unlink()
-    repair = _Repair(cfg, _accepted(run_dir), _rejected(run_dir), options.on_reject)
+    repair = _Repair(cfg, accepted_rows(run_dir), rejected_rows(run_dir), options.on_reject)
     names = labels(list(kinds))
     written: list[tuple[Path, Path]] = []
     with _Listing(out / f".{ROWS}{_TMP}") as listing:
@@ -139,141 +139,6 @@ def _check_out(out: Path, files: list[Path], run_dir: Path) -> None:
         raise ConfigError(f"--out {out} is a file, not a folder")
 
 
-# ---------------------------------------------------------------- the run's results
-
-
-@dataclass(frozen=True, slots=True)
-class _Generated:
-    """What the run made of one row: (reasoning, answer) of every generated turn, and the fingerprint of the
-    conversation it answered (None in runs made before regen recorded it)."""
-
-    turns: list[tuple[str | None, str]]
-    fingerprint: str | None
-
-
-def _accepted(run_dir: Path) -> _Accepted:
-    """id → what the run generated, from the committed shards (first copy of an id wins)."""
-    return _Accepted([Path(p) for p in readable_parts(run_dir / SHARDS)])
-
-
-class _Accepted(Mapping[str, _Generated]):
-    """What the run generated for each id, read on demand: the index holds where each id's row is (part, row group,
-    row: one int) from the `id` column alone, and a row's turns are read with its whole row group, the most recent
-    groups kept up to `CACHED_ROWS` rows (a merged part's groups may be large). The original is walked in its
-    order, the order the reader sent the rows in, so the row groups it asks for come nearly in order (each worker's
-    parts in turn) and are read about once. Memory: the ids, not the texts (issue 40: the seed's repair held every
-    accepted turn, 7.6 GB at 902K rows).
-
-    The index is two arrays, the ids' 64-bit hashes sorted and the place of each one's first row (16 bytes an id; a
-    dict of the ids took ~150): a lookup checks the id of the row it lands on, so an id sharing its hash with a
-    committed one is never taken for it; the ids whose hash more than one committed row has (copies before a resume
-    settled them, or two ids sharing a hash) are placed exactly, from a dict built in a second pass over the ids."""
-
-    CACHED_ROWS = 16384  # ~32 row groups of a run's parts (output.row_group_rows = 512)
-
-    def __init__(self, parts: list[Path]):
-        self._parts = parts
-        hashes, places = [np.empty(0, np.uint64)], [np.empty(0, np.int64)]
-        for ids, base in self._id_groups():
-            hashes.append(id_hashes(ids))
-            places.append(base + np.arange(len(ids), dtype=np.int64))
-        every, where = np.concatenate(hashes), np.concatenate(places)
-        order = np.argsort(every, kind="stable")  # equal hashes keep the parts' order: the first copy comes first
-        self._hashes, first, counts = np.unique(every[order], return_index=True, return_counts=True)
-        self._where = where[order][first]
-        del every, where, order
-        self._exact: dict[str, int] = {}  # the ids of a hash more than one row has: each one's first row
-        shared = self._hashes[counts > 1]
-        if shared.size:
-            for ids, base in self._id_groups():
-                for offset in np.flatnonzero(np.isin(id_hashes(ids), shared)).tolist():
-                    self._exact.setdefault(ids[offset], base | offset)
-        self._len = len(self._hashes) - len(shared) + len(self._exact)
-        self._groups: OrderedDict[tuple[int, int], tuple[list[str], list[_Generated]]] = OrderedDict()
-        self._cached = 0  # rows in self._groups
-        self.group_reads = 0  # row groups read for their turns (a walk in the run's order: each about once)
-        self._last: tuple[object, int | None] = (None, None)  # the last id looked up and its place
-
-    def _id_groups(self) -> Iterator[tuple[list[str], int]]:
-        """Each row group's ids and the place of its first row, in the parts' order."""
-        for pi, part in enumerate(self._parts):
-            pf = pq.ParquetFile(part)
-            for group in range(pf.num_row_groups):
-                yield pf.read_row_group(group, columns=["id"]).column("id").to_pylist(), (pi << 40) | (group << 20)
-
-    def _first(self, row_id: str) -> int | None:
-        """The place of the first row whose id may be `row_id` (its own, or one sharing its hash), or None."""
-        if row_id in self._exact:
-            return self._exact[row_id]
-        h = np.uint64(id_hash(row_id))
-        i = int(np.searchsorted(self._hashes, h))
-        return int(self._where[i]) if i < len(self._hashes) and self._hashes[i] == h else None
-
-    def _place(self, row_id: object) -> int | None:
-        """Where the first row of `row_id` is, or None when no committed row has it. The last answer is kept: a row
-        of the original asks `in` and then `[]` for the same id, and the lookup hashes it and checks its row."""
-        if self._last[0] == row_id:
-            return self._last[1]
-        at = self._first(row_id) if isinstance(row_id, str) else None
-        if at is not None and row_id not in self._exact:
-            ids, _ = self._group(at >> 40, (at >> 20) & 0xFFFFF)
-            at = at if ids[at & 0xFFFFF] == row_id else None  # another id with this hash: not this one
-        self._last = (row_id, at)
-        return at
-
-    def __getitem__(self, row_id: str) -> _Generated:
-        at = self._place(row_id)
-        if at is None:
-            raise KeyError(row_id)
-        return self._group(at >> 40, (at >> 20) & 0xFFFFF)[1][at & 0xFFFFF]
-
-    def __contains__(self, row_id: object) -> bool:
-        return self._place(row_id) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        """Each id once, at its first row, read again from the id columns (the index holds no id)."""
-        for ids, base in self._id_groups():
-            for offset, row_id in enumerate(ids):
-                if self._first(row_id) == base | offset:
-                    yield row_id
-
-    def __len__(self) -> int:
-        return self._len
-
-    def _group(self, part: int, group: int) -> tuple[list[str], list[_Generated]]:
-        key = (part, group)
-        if key in self._groups:
-            self._groups.move_to_end(key)
-            return self._groups[key]
-        self.group_reads += 1
-        pf = pq.ParquetFile(self._parts[part])
-        names = ("id", "turns", "reasoning", "answer", "input_fingerprint")
-        rows = pf.read_row_group(group, columns=[c for c in names if c in pf.schema_arrow.names]).to_pylist()
-        generated = []
-        for row in rows:
-            entries = row.get("turns") or [{"reasoning": row.get("reasoning"), "answer": row.get("answer")}]
-            turns = [(t.get("reasoning"), t.get("answer") or "") for t in entries]
-            generated.append(_Generated(turns, row.get("input_fingerprint")))
-        self._groups[key] = ([row["id"] for row in rows], generated)
-        self._cached += len(generated)
-        while self._cached > self.CACHED_ROWS and len(self._groups) > 1:
-            self._cached -= len(self._groups.popitem(last=False)[1][1])
-        return self._groups[key]
-
-
-def _rejected(run_dir: Path) -> dict[str, tuple[str, str | None]]:
-    """id → (reason, input fingerprint or None) of every rejected row."""
-    found: dict[str, tuple[str, str | None]] = {}
-    for part in readable_parts(run_dir / REJECTS):
-        names = pq.ParquetFile(part).schema_arrow.names
-        table = pq.read_table(part, columns=[c for c in ("id", "reason", "input_fingerprint") if c in names])
-        marks = table.column("input_fingerprint").to_pylist() if "input_fingerprint" in names else [None] * len(table)
-        for row_id, reason, mark in zip(table.column("id").to_pylist(), table.column("reason").to_pylist(), marks,
-                                        strict=True):  # fmt: skip
-            found.setdefault(row_id, (reason or "", mark))
-    return found
-
-
 # ---------------------------------------------------------------- one row
 
 
@@ -283,7 +148,7 @@ class _Repair:
     bytes."""
 
     cfg: Config
-    accepted: Mapping[str, _Generated]
+    accepted: Mapping[str, Generated]
     rejected: dict[str, tuple[str, str | None]]
     on_reject: str
     listing: _Listing | None = None
