@@ -170,13 +170,15 @@ class _Repair:
         reasons = verdict.reasons() or ["ok"]
         row_id = self._id(data)
         if row_id is not None and (row_id in self.accepted or row_id in self.rejected):
-            met = id_hash(row_id) in self.placed
+            key = id_hash(row_id)
+            met = key in self.placed
             if met and not self._repeat(data, row_id, verdict):
                 detail = "repeats an earlier row's id with another conversation; kept as it is"
                 self._list(row_id, source, "duplicate_id", detail)
                 return self._count("duplicate", reasons, data)
             self.counts["repeats"] += met
-            self.placed.add(id_hash(row_id))
+            if not met:
+                self.placed.add(key)
         if row_id is not None and row_id in self.accepted:
             return self._paste(data, row_id, source, verdict, reasons)
         if row_id is not None and row_id in self.rejected:
