@@ -48,6 +48,11 @@ async def _running(c: httpx.AsyncClient) -> int:
     return int((await c.get("/v1/loads")).json()["loads"][0]["num_running_reqs"])
 
 
+async def _load_is(c: httpx.AsyncClient, *, running: int, waiting: int) -> bool:
+    load = (await c.get("/v1/loads")).json()["loads"][0]
+    return bool(load["num_running_reqs"] == running and load["num_waiting_reqs"] == waiting)
+
+
 async def _equals(value: Awaitable[int], expected: int) -> bool:
     return await value == expected
 
@@ -247,22 +252,27 @@ def test_queue_full_503_and_streaming_progress() -> None:
         max_running_requests=1,
         max_queued_requests=1,
         decode_tokens_per_s=500,
+        mean_output_tokens=5000,  # every request decodes to its max_tokens
         reasoning_parser="qwen3",
     )
 
     async def main() -> None:
-        async with serve(cfg) as url:
-            results = await _post_all(url, 4, max_tokens=40)
-            statuses = sorted(s for s, _ in results)
-            assert statuses == [200, 200, 503, 503]
-            async with httpx.AsyncClient(base_url=url) as c:
-                chunks = 0
-                async with c.stream("POST", "/v1/chat/completions", json=_body(stream=True, max_tokens=100)) as r:
-                    async for line in r.aiter_lines():
-                        chunks += line.startswith("data: ")
-                assert chunks > 5  # 0.2 s of decoding flushed in several events
-                stats = (await c.get("/_sim/stats")).json()
-                assert stats["faults"]["queue_full"] == 2
+        async with serve(cfg) as url, httpx.AsyncClient(base_url=url) as c:
+            # one running and one queued (2,000 tokens at 500 tok/s: seconds each, ended by /abort_request below);
+            # the test waits for the server to report both before it sends more, never on arrival order
+            held = [asyncio.create_task(c.post("/v1/chat/completions", json=_body(i, rid=f"r{i}"))) for i in range(2)]
+            await _until(lambda: _load_is(c, running=1, waiting=1), "one request running and one queued")
+            for i in (2, 3):
+                assert (await c.post("/v1/chat/completions", json=_body(i))).status_code == 503
+            assert (await c.post("/abort_request", json={"abort_all": True})).status_code == 200
+            assert sorted(r.status_code for r in await asyncio.gather(*held)) == [200, 200]  # graceful aborts
+            chunks = 0
+            async with c.stream("POST", "/v1/chat/completions", json=_body(stream=True, max_tokens=100)) as r:
+                async for line in r.aiter_lines():
+                    chunks += line.startswith("data: ")
+            assert chunks > 5  # 0.2 s of decoding flushed in several events
+            stats = (await c.get("/_sim/stats")).json()
+            assert stats["faults"]["queue_full"] == 2
 
     asyncio.run(main())
 
