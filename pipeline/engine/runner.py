@@ -209,6 +209,7 @@ class Runner:
                 interrupted = await self._engine(reader, state.done, store)
         finally:
             heart.cancel()
+            await asyncio.wait([heart])  # its beat in flight is written before the last one below
             await asyncio.to_thread(store.close)
             ended = self._ended or "stopped"
             await asyncio.to_thread(heartbeat.beat, self.run_dir, self.opt.worker_index, self._started, ended)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,21 +63,30 @@ def path_of(run_dir: Path, worker: int) -> Path:
 
 
 def beat(run_dir: Path, worker: int, started: float, state: str = RUNNING) -> None:
-    """Write this process's heartbeat for `worker` (atomically: a reader sees the old beat or the new one)."""
+    """Write this process's heartbeat for `worker` (atomically: a reader sees the old beat or the new one). Each
+    thread writes its own temporary file, so a periodic beat still in flight when the worker writes its last one
+    cannot take the other's file from under it."""
     path = path_of(run_dir, worker)
     path.parent.mkdir(exist_ok=True)
     data = {"worker": worker, "host": socket.gethostname(), "pid": os.getpid(), "t": time.time(),
             "started": started, "state": state}  # fmt: skip
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_bytes(orjson.dumps(data))
     os.replace(tmp, path)
 
 
 async def keep_beating(run_dir: Path, worker: int, started: float, interval_s: float = INTERVAL_S) -> None:
     """This worker is alive (`regen status` tells a dead run from a slow one): a beat about every `interval_s`,
-    written off the event loop, until cancelled."""
+    written off the event loop, until cancelled. Cancelled, it returns only once the beat being written is on disk,
+    so the worker's last beat ("finished", "interrupted"), written after it, is never overwritten by a "running"
+    one (cancelling a task does not stop its thread)."""
     while True:
-        await asyncio.to_thread(beat, run_dir, worker, started)
+        writing = asyncio.ensure_future(asyncio.to_thread(beat, run_dir, worker, started))
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            await asyncio.wait([writing])
+            raise
         await asyncio.sleep(interval_s)
 
 
