@@ -181,7 +181,8 @@ def test_a_timeout_uses_an_attempt_and_the_retry_succeeds() -> None:
             assert [r["attempts"] for r in sink.accepted] == [2]
             assert metrics.retries == 1 and metrics.endpoint_failures == 0
             assert any("request timed out after 0.3s (request_timeout_s)" in e for e in metrics.last_errors)
-            assert 0.3 <= waited < 0.3 * 3  # given up within a quarter of the timeout after it ran out
+            # given up once the timeout ran out (the retry is instant); the hung request itself would last forever
+            assert 0.3 <= waited < 10, waited
 
             async def aborted() -> bool:  # the simulator held it until /abort_request named it
                 return (await sim_stats(pool.endpoints[0]))["in_flight"] == 0

@@ -131,9 +131,12 @@ def test_an_endpoint_is_used_again_within_a_second_of_health_answering() -> None
 
     to_use, to_full, ids = asyncio.run(scenario())
     assert len(ids) == len(set(ids)) and len(ids) > 20
-    assert to_use <= 1.5, to_use  # probes every 0.5 s, then the first request at once
-    # 2 then 3, 4 slots: full within about three ~0.5 s requests; over 3x that here (the old pool: ~30 s)
-    assert to_full <= 5.0, to_full
+    # probes every 0.5 s, then the first request at once (~0.5 s; the old pool: ~30 s, its cooldown cap). The bounds
+    # sit between the two, far from both: one event loop runs two servers, the pool and the monitor here, and a
+    # loaded machine stretches it
+    assert to_use <= 8.0, to_use
+    # 2 then 3, 4 slots: full within about three ~0.5 s requests (the old pool: ~30 s before its first)
+    assert to_full <= 12.0, to_full
 
 
 def test_the_exit_message_says_what_became_of_each_endpoint() -> None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 
 from pipeline.config import ClientConfig, Config, GenerationConfig
@@ -69,6 +70,12 @@ async def until(predicate: Callable[[], Awaitable[bool]]) -> None:
     raise AssertionError("condition not reached within 5 s")
 
 
+async def ready_now(ep: EndpointState) -> None:
+    """End the simulator's warm-up (POST /_sim/ready)."""
+    async with httpx.AsyncClient(base_url=ep.url, timeout=10) as c:
+        assert (await c.post("/_sim/ready")).status_code == 200
+
+
 async def health_status(ep: EndpointState) -> int | None:
     """What /health answers right now: 200, another status, or None when the port is closed."""
     try:
@@ -121,11 +128,12 @@ def test_one_failed_probe_is_not_enough_to_declare_an_endpoint_down() -> None:
 
 
 def test_down_then_probed_back_into_the_pool_then_healthy() -> None:
-    """up → down (port closed) → still down while closed and while warming up → back in the pool → healthy."""
+    """up → down (port closed) → still down while closed and while warming up → back in the pool → healthy. The
+    warm-up lasts 10 minutes and the test ends it with POST /_sim/ready, so no step depends on the machine's speed."""
 
     async def scenario() -> None:
         clock = Clock()
-        server = sim_config(down_after=1, down_for_s=0.3, warmup_s=0.5)
+        server = sim_config(down_after=1, down_for_s=0.3, warmup_s=600)
         async with endpoints(server, clock=clock) as pool:
             [ep] = pool.endpoints
             events: list[str] = []
@@ -134,6 +142,7 @@ def test_down_then_probed_back_into_the_pool_then_healthy() -> None:
             async def ready() -> bool:
                 return await health_status(ep) == 200
 
+            await ready_now(ep)
             await until(ready)  # past the first warm-up
 
             d = Dispatcher(CFG, pool, MemorySink(), Metrics())
@@ -163,6 +172,7 @@ def test_down_then_probed_back_into_the_pool_then_healthy() -> None:
             await monitor.check(ep)
             assert ep.state == DOWN  # the port is open but /health says not ready
 
+            await ready_now(ep)
             await until(ready)
             clock.now = ep.down_until
             await monitor.check(ep)

@@ -258,6 +258,7 @@ class _Server:
         await asyncio.sleep(0)
         await self._unplug()
         self.sim.listening_at = None  # /health would say "not ready" if anyone could reach it
+        self.sim.warmed = False  # a restarted server warms up again (--warmup), whatever /_sim/ready said before
         await asyncio.sleep(seconds)
         self.site = web.SockSite(self.runner, self._bind(self.sim.port))
         await self._open()

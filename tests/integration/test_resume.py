@@ -101,7 +101,9 @@ def test_retry_rejects_moves_ids_from_rejects_to_shards(tmp_path: Path, sim: Sim
 
 
 def test_a_second_process_on_the_same_worker_index_exits_4(tmp_path: Path, sim: Sim) -> None:
-    server = sim(*SIM_FLAGS, "--decode-rate", "2000", "--max-running-requests", "16")
+    # 20 tokens/s across 16 slots: requests last minutes, so the first run is still running however long the
+    # second takes to start on a busy machine (it is SIGKILLed below)
+    server = sim(*SIM_FLAGS, "--decode-rate", "20", "--max-running-requests", "16")
     ids = write_prompts(tmp_path / "prompts.jsonl", n=40)
     cfg = write_config(tmp_path, server.url)
     first = _start(cfg)
