@@ -23,6 +23,7 @@ from pipeline.sim.faults import in_burst
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 from tests.helpers.exactly_once import read_rows
 from tests.helpers.processes import regen
+from tests.helpers.sampling import MAX_GAP_S, dense_count, spaced
 
 SLOTS = 16
 # 300-token completions at 4,000 tok/s shared by 16 slots: ~1.2 s each.
@@ -30,10 +31,6 @@ BUSY = ("--max-running-requests", str(SLOTS), "--decode-rate", "4000")
 EVERY_S, FOR_S = 4.0, 1.2
 REQUEST_S = 1.2
 REFILL_BOUND_S = REQUEST_S / 2  # half a request; before, the endpoint went down and ramped back over several requests
-# `Loads` takes a sample every ~20-25 ms (a 20 ms sleep and three local requests). A longer gap between two samples is
-# the sampler's own thread starved of CPU (CI runs three test processes on two cores), not the server: a refill
-# measured across such a gap is the sampler's delay, not the run's, and is left out (see `refill_times`).
-MAX_GAP_S = 0.2
 
 # The client defaults / 25 (a 1.2 s request stands for 30 s).
 CLIENT = {
@@ -77,7 +74,7 @@ class Loads:
 
     def dense_samples(self) -> int:
         """How many samples followed the one before within `MAX_GAP_S`."""
-        return sum(b - a <= MAX_GAP_S for (a, _), (b, _) in zip(self.samples, self.samples[1:], strict=False))
+        return dense_count(self.samples)
 
 
 def refill_times(samples: list[tuple[float, int]], opened: float, max_gap: float = MAX_GAP_S) -> list[float | None]:
@@ -160,23 +157,15 @@ def test_bursts_of_queue_full_never_mark_the_endpoint_down_and_its_slots_refill(
 
 
 def test_refill_times_count_only_what_the_sampler_saw() -> None:
-    def samples(*spans: tuple[float, float, float, int]) -> list[tuple[float, int]]:
-        """(start, stop, step, running): a sample every `step` seconds from start to before stop."""
-        out = []
-        for start, stop, step, running in spans:
-            n = round((stop - start) / step)
-            out += [(start + i * step, running) for i in range(n)]
-        return out
-
     end = EVERY_S  # the first burst's end, opened at 0
     # (a) slots refilled 1.5 s after the burst, sampled every 20 ms: counted, whole (the regression fails the test).
-    slow = samples((0, end, 0.02, 8), (end, end + 1.5, 0.02, 4), (end + 1.5, end + 3, 0.02, SLOTS))
+    slow = spaced((0, end, 0.02, 8), (end, end + 1.5, 0.02, 4), (end + 1.5, end + 3, 0.02, SLOTS))
     assert refill_times(slow, 0.0) == [1.5]
     # (b) refilled at once, but the sampler's next sample came a second late: not a refill it saw.
-    late = samples((0, end + 0.02, 0.02, 8), (end + 1.02, end + 3, 0.02, SLOTS))
+    late = spaced((0, end + 0.02, 0.02, 8), (end + 1.02, end + 3, 0.02, SLOTS))
     assert refill_times(late, 0.0) == [None]
     # A gap that ends before the burst does not hide its refill.
-    early = samples((0, 1, 0.02, 8), (2, end + 0.3, 0.02, 8), (end + 0.3, end + 3, 0.02, SLOTS))
+    early = spaced((0, 1, 0.02, 8), (2, end + 0.3, 0.02, 8), (end + 0.3, end + 3, 0.02, SLOTS))
     assert refill_times(early, 0.0) == [0.3]
 
 

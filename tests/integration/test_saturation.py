@@ -18,14 +18,11 @@ import orjson
 
 from tests.helpers import SIM_FLAGS, assert_exactly_once, write_prompts
 from tests.helpers.processes import regen
+from tests.helpers.sampling import MAX_GAP_S, dense_count, spaced
 
 SLOTS = 16
 # 300-token completions at 4,800 tok/s shared by 16 slots: ~1 s each.
 BUSY = ("--max-running-requests", str(SLOTS), "--decode-rate", "4800")
-# The sampler below takes a sample every ~55 ms (a 50 ms sleep and five local requests). A longer gap between two
-# samples is the sampler's own thread starved of CPU (CI runs three test processes on two cores), not the pool: the
-# gap is not seen, so it is no evidence of an idle slot (see `idle_stretches`).
-MAX_GAP_S = 0.2
 
 
 def config(tmp_path: Path, urls: list[str], concurrency: int = 0) -> Path:
@@ -88,7 +85,7 @@ class Occupancy:
 
     def dense_samples(self) -> int:
         """How many samples followed the one before within `MAX_GAP_S`: what `idle_stretches` can measure across."""
-        return sum(b - a <= MAX_GAP_S for (a, _), (b, _) in zip(self.free, self.free[1:], strict=False))
+        return dense_count(self.free)
 
 
 def idle_stretches(free: list[tuple[float, bool]], max_gap: float = MAX_GAP_S) -> list[float]:
@@ -164,20 +161,12 @@ def test_503s_and_a_restart_on_saturated_servers_do_not_end_the_run(tmp_path: Pa
 
 
 def test_idle_stretches_count_only_what_the_sampler_saw() -> None:
-    def samples(*spans: tuple[float, float, float, bool]) -> list[tuple[float, bool]]:
-        """(start, stop, step, free): a sample every `step` seconds from start to before stop."""
-        out = []
-        for start, stop, step, free in spans:
-            n = round((stop - start) / step)
-            out += [(start + i * step, free) for i in range(n)]
-        return out
-
     # (a) a real 1.5 s idle stretch sampled every 50 ms is counted, whole: the regression fails the test.
-    real = samples((0, 1, 0.05, False), (1, 2.5, 0.05, True), (2.5, 3.5, 0.05, False))
+    real = spaced((0, 1, 0.05, False), (1, 2.5, 0.05, True), (2.5, 3.5, 0.05, False))
     assert abs(max(idle_stretches(real)) - 1.5) < 1e-9
     # (b) one free sample and the next a second later (the sampler starved): not an idle stretch.
-    starved = samples((0, 1, 0.05, False), (1, 1.05, 0.05, True), (2.05, 3, 0.05, False))
+    starved = spaced((0, 1, 0.05, False), (1, 1.05, 0.05, True), (2.05, 3, 0.05, False))
     assert max(idle_stretches(starved)) == 0.0
     # A gap inside an idle stretch counts only the sampled parts on either side; still idle at the end counts.
-    split = samples((0, 0.3, 0.05, True), (1.3, 1.5, 0.05, True), (1.5, 2, 0.05, False), (2, 2.2, 0.05, True))
+    split = spaced((0, 0.3, 0.05, True), (1.3, 1.5, 0.05, True), (1.5, 2, 0.05, False), (2, 2.2, 0.05, True))
     assert [round(d, 3) for d in idle_stretches(split)] == [0.25, 0.2, 0.15]
