@@ -48,12 +48,12 @@ concurrency = 8
     return cfg
 
 
-def _busy(run_dir: Path, url: str) -> dict[str, Any] | None:
-    """The server's view once a reading shows requests running on it."""
+def _read(run_dir: Path, url: str) -> dict[str, Any] | None:
+    """The server's view in `regen status` once it holds a reading of the server."""
     if not (run_dir / "run.json").exists():
         return None
     view = run_status(run_dir)["servers"].get(url) or {}
-    return view if (view.get("running") or 0) > 0 else None
+    return view if view.get("read_at") is not None else None
 
 
 def test_status_shows_what_vllm_says_of_itself_and_the_summary_its_means(
@@ -66,13 +66,17 @@ def test_status_shows_what_vllm_says_of_itself_and_the_summary_its_means(
         proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(_config(tmp_path, url)), "--no-progress"],
                                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)  # fmt: skip
         try:
-            view = wait_until(lambda: _busy(run_dir, url), "a reading of vLLM with requests running", alive=proc)
+            view = wait_until(lambda: _read(run_dir, url), "a reading of vLLM while the run lives", alive=proc)
         finally:
             assert proc.wait(timeout=600) == 0, log.read_text()
     assert (view["kind"], view["source"], view["stale"]) == ("vllm", "/metrics", False), view
-    assert 0 < view["running"] <= 8 and view["queued"] >= 0  # regen is its only client, with 8 in flight at most
+    assert 0 <= view["running"] <= 8 and view["queued"] >= 0  # regen is its only client, with 8 in flight at most
     assert 0 <= view["kv_usage"] <= 1 and view["capacity"] == 8 and view["capacity_source"] == "regen's slots"
     after = run_status(run_dir)["servers"][url]
+    # vLLM's own running gauge was read above zero over the run. Not asked of one live reading: on a loaded CI
+    # machine the gauge read 0 in each of a 26 s run's 21 snapshots, with regen's 8 slots in use, while the mean
+    # occupancy of its readings was 1/8 (vLLM sets the gauge once an engine step, from the step's end state).
+    assert after["run"]["readings"] >= 5 and 0 < after["run"]["mean_occupancy"] <= 1, after
     # vLLM's token counter rose over the run by exactly the completion tokens regen received, every attempt's
     # (resampled ones too; preflight's probe came before the first reading). Measured: 23,711 both.
     last = orjson.loads((run_dir / "metrics" / "worker-0.jsonl").read_bytes().splitlines()[-1])
